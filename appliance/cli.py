@@ -1,0 +1,221 @@
+"""The `appliance` command: one front end over the engine (the TUI is the other).
+
+Every subcommand parses its arguments here and calls one engine function in
+`appliance.commands`; nothing here trains or scores. User mistakes surface as
+one sentence and a non-zero exit, never a traceback (set APPLIANCE_DEBUG=1 to
+see the traceback of an unexpected internal error).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import traceback
+from typing import Callable, Sequence
+
+from appliance.errors import ApplianceError
+
+EXIT_USER_ERROR = 2
+EXIT_INTERRUPTED = 130
+
+DEFAULT_MODEL = "smollm2-135m"
+DEFAULT_PACK = "workplace-single"
+
+
+def _common(p: argparse.ArgumentParser, *, events: bool = False) -> None:
+    p.add_argument("--workspace", default=os.environ.get("APPLIANCE_WORKSPACE", "runs"),
+                   help="run store folder (default: runs/, or $APPLIANCE_WORKSPACE)")
+    p.add_argument("--tasks-root", default="tasks", help="folder that holds the task packs")
+    if events:
+        p.add_argument("--events", action="store_true",
+                       help="print engine events as JSON lines (for the TUI and scripts)")
+
+
+def _add_tasks(sub: argparse._SubParsersAction) -> None:
+    tasks = sub.add_parser("tasks", help="list, check, describe and generate task packs")
+    tsub = tasks.add_subparsers(dest="tasks_cmd", required=True, metavar="{list,check,stats,generate}")
+    p = tsub.add_parser("list", help="list the packs under tasks/")
+    _common(p)
+    p = tsub.add_parser("check", help="validate packs (schemas, expected calls, leakage, replay)")
+    p.add_argument("packs", nargs="*", help="pack names or folders (default: all)")
+    _common(p)
+    p = tsub.add_parser("stats", help="split sizes, kinds, domains and policies of a pack")
+    p.add_argument("pack", nargs="?", default=DEFAULT_PACK)
+    _common(p)
+    p = tsub.add_parser("generate", help="regenerate the workplace packs (deterministic, seeded)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--workbench", default=None,
+                   help="folder with WorkBench's data/ (default: ../shared/datasets/workbench if present)")
+    _common(p)
+
+
+def _add_verify(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("verify", help="score a JSONL of model outputs against a pack split and store the verdicts")
+    p.add_argument("outputs", help="JSONL with fields task_id and output (or completion)")
+    p.add_argument("--pack", default=DEFAULT_PACK)
+    p.add_argument("--split", default="val")
+    p.add_argument("--reward", default=None, help="reward scheme (default: the pack's)")
+    _common(p)
+
+
+def _add_sql(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("sql", help="query the run store with DuckDB SQL (no query: interactive prompt)")
+    p.add_argument("query", nargs="?", help="one SQL query; omit for an interactive prompt")
+    p.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    p.add_argument("--max-rows", type=int, default=200)
+    _common(p)
+
+
+def _add_eval(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("eval", help="evaluate a model (and adapter) on a pack split; `eval compare A B` compares two")
+    p.add_argument("compare", nargs="*", help="`compare EVAL_A EVAL_B` to compare two stored evals")
+    p.add_argument("--model", default=DEFAULT_MODEL, help="catalogue name, local folder or hub id")
+    p.add_argument("--adapter", default=None, help="LoRA checkpoint folder to evaluate")
+    p.add_argument("--pack", default=DEFAULT_PACK)
+    p.add_argument("--split", default="val")
+    p.add_argument("-k", type=int, default=1, help="samples per task (pass@k)")
+    p.add_argument("--limit", type=int, default=None, help="evaluate only the first N tasks")
+    p.add_argument("--temperature", type=float, default=None,
+                   help="sampling temperature (default: 0 for k=1, 0.7 otherwise)")
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--backend", choices=["auto", "hf", "vllm"], default="auto")
+    p.add_argument("--seed", type=int, default=0)
+    _common(p, events=True)
+
+
+def _add_audit(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("audit", help="audit the reward: label a stratified sample of eval outputs agree/disagree")
+    p.add_argument("--eval", dest="eval_id", default=None, help="eval id (default: the latest eval)")
+    p.add_argument("-n", type=int, default=64, help="sample size")
+    p.add_argument("--labels", default=None,
+                   help="non-interactive: JSONL of {key, label: agree|disagree, note} to record")
+    p.add_argument("--export", default=None, help="write disagreements as JSONL to this file")
+    p.add_argument("--seed", type=int, default=0)
+    _common(p)
+
+
+def _add_train(sub: argparse._SubParsersAction) -> None:
+    train = sub.add_parser("train", help="LoRA training: `train sft` or `train grpo`")
+    tsub = train.add_subparsers(dest="stage", required=True, metavar="{sft,grpo}")
+    for stage in ("sft", "grpo"):
+        p = tsub.add_parser(stage, help=f"{stage.upper()} with LoRA on the pack's train split")
+        p.add_argument("--model", default=DEFAULT_MODEL)
+        p.add_argument("--pack", default=DEFAULT_PACK)
+        p.add_argument("--backend", choices=["auto", "cpu", "unsloth"], default="auto")
+        p.add_argument("--config", default=None, help="JSON run config to start from (flags override it)")
+        p.add_argument("--steps", type=int, default=None)
+        p.add_argument("--lr", type=float, default=None, help="learning rate")
+        p.add_argument("--lora-r", type=int, default=None)
+        p.add_argument("--eval-every", type=int, default=None)
+        p.add_argument("--init-adapter", default=None, help="start from this adapter (e.g. the SFT checkpoint)")
+        p.add_argument("--resume", default=None, metavar="RUN", help="continue a killed run from its last checkpoint")
+        p.add_argument("--seed", type=int, default=None)
+        if stage == "grpo":
+            p.add_argument("--preset", choices=["grpo", "dr_grpo", "dapo", "gspo"], default=None)
+            p.add_argument("--num-generations", type=int, default=None)
+            p.add_argument("--prompts-per-step", type=int, default=None)
+            p.add_argument("--max-completion-tokens", type=int, default=None)
+            p.add_argument("--temperature", type=float, default=None)
+            p.add_argument("--beta", type=float, default=None)
+            p.add_argument("--reward", default=None, help="reward scheme: binary or shaped")
+        _common(p, events=True)
+
+
+def _add_checkpoints(sub: argparse._SubParsersAction) -> None:
+    ck = sub.add_parser("checkpoints", help="list, show and diff versioned adapters")
+    csub = ck.add_subparsers(dest="ck_cmd", required=True, metavar="{list,show,diff}")
+    p = csub.add_parser("list")
+    p.add_argument("--root", default="checkpoints")
+    p = csub.add_parser("show")
+    p.add_argument("checkpoint")
+    p.add_argument("--root", default="checkpoints")
+    p = csub.add_parser("diff")
+    p.add_argument("a")
+    p.add_argument("b")
+    p.add_argument("--root", default="checkpoints")
+
+    p = sub.add_parser("promote", help="promote a checkpoint if it beats the baseline without regressions")
+    p.add_argument("checkpoint")
+    p.add_argument("--root", default="checkpoints")
+    p.add_argument("--model", default=DEFAULT_MODEL)
+    p.add_argument("--pack", default=DEFAULT_PACK)
+    _common(p, events=True)
+    p = sub.add_parser("rollback", help="return to the previously promoted adapter")
+    p.add_argument("--root", default="checkpoints")
+    _common(p)
+    p = sub.add_parser("export", help="write an adapter merged into its base model as safetensors")
+    p.add_argument("checkpoint")
+    p.add_argument("--merged", required=True, metavar="OUT", help="output folder")
+    p.add_argument("--root", default="checkpoints")
+
+
+def _add_run(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("run", help="the whole workflow: baseline → decide → SFT → GRPO → eval → promote")
+    p.add_argument("--model", default=DEFAULT_MODEL)
+    p.add_argument("--pack", default=DEFAULT_PACK)
+    p.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run of every stage")
+    p.add_argument("--baseline-only", action="store_true", help="stop after the baseline eval and recommendation")
+    _common(p, events=True)
+
+
+def _add_doctor(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("doctor", help="hardware, library versions and which backend will be used")
+    p.add_argument("--json", action="store_true", help="one JSON object (for the TUI)")
+    p.add_argument("--gpu-smoke", action="store_true",
+                   help="4-bit load → colocated vLLM sampling → 2 GRPO steps → save → vLLM eval with the adapter")
+    p.add_argument("--part", choices=["all", "bnb", "unsloth", "vllm"], default="all",
+                   help="run one part of the GPU smoke (a machine may lack vLLM)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="appliance",
+        description="The RL appliance: baseline → verify → SFT/GRPO with LoRA → held-out eval → promote. "
+                    "Run with no arguments in a terminal to open the cockpit.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    p = sub.add_parser("ui", help="open the Textual cockpit (the default in a terminal)")
+    _common(p)
+    p.add_argument("--pack", default=DEFAULT_PACK)
+    p.add_argument("--model", default=DEFAULT_MODEL)
+    for add in (_add_tasks, _add_verify, _add_sql, _add_eval, _add_audit, _add_train,
+                _add_checkpoints, _add_run, _add_doctor):
+        add(sub)
+    return parser
+
+
+def _handler(command: str) -> Callable[[argparse.Namespace], int]:
+    from appliance import commands
+
+    return getattr(commands, f"cmd_{command}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        if sys.stdin.isatty() and sys.stdout.isatty():
+            args = parser.parse_args(["ui"])
+        else:
+            parser.print_help()
+            return 0
+    try:
+        return int(_handler(args.command)(args) or 0)
+    except ApplianceError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        print("interrupted: finished work was kept.", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        return 0
+    except Exception as err:  # noqa: BLE001 - last line of defence: one sentence, no traceback
+        if os.environ.get("APPLIANCE_DEBUG"):
+            traceback.print_exc()
+        print(f"internal error: {type(err).__name__}: {err} "
+              "(set APPLIANCE_DEBUG=1 to see the traceback, and please report it).", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,140 @@
+"""One JSONL split: each line parsed into a Task, each mistake named by file and line.
+
+A row is `{"id", "messages", "expected", "kind", "tags", "fixture"?}` (see
+tasks/README.md). The system prompt lives in the manifest, so a row carrying a
+system message is rejected rather than silently doubled.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterator
+
+from appliance.errors import PackError
+from appliance.packs.manifest import display_path
+from appliance.packs.tools import ToolIndex
+from appliance.task import Task, ToolCall
+
+REQUIRED_FIELDS = ("id", "messages", "expected", "kind", "tags")
+OPTIONAL_FIELDS = ("fixture",)
+KINDS = ("single_step", "multi_step")
+ROLES = ("user", "assistant", "tool")
+POLICIES = ("refuse",)
+_TAG_TYPES: dict[str, tuple[type, ...]] = {
+    "domain": (str,),
+    "domains": (list,),
+    "difficulty": (str,),
+    "source": (str,),
+    "template": (str,),
+    "policy": (str,),
+    "unseen_template": (bool,),
+}
+
+
+def read_split(path: Path, tools: ToolIndex) -> list[tuple[int, Task]]:
+    """(line number, task) for every row of one split file; raise PackError at the first bad line."""
+    where = display_path(path)
+    if not path.is_file():
+        raise PackError(f"{where}: the split file named in pack.toml does not exist.")
+    tasks = []
+    for number, line in _numbered_lines(path):
+        try:
+            tasks.append((number, parse_row(line, tools)))
+        except _RowProblem as problem:
+            raise PackError(f"{where} line {number}: {problem}.") from None
+    return tasks
+
+
+def _numbered_lines(path: Path) -> Iterator[tuple[int, str]]:
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if line.strip():
+                yield number, line
+
+
+class _RowProblem(Exception):
+    """What is wrong with one row, as a clause; the caller adds file and line."""
+
+
+def parse_row(line: str, tools: ToolIndex) -> Task:
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as error:
+        raise _RowProblem(f"not valid JSON ({error.msg} at column {error.colno})") from None
+    if not isinstance(row, dict):
+        raise _RowProblem("a row must be a JSON object")
+    _check_fields(row)
+    task_id = _check_id(row["id"])
+    messages = _check_messages(row["messages"])
+    expected = _check_expected(row["expected"], tools)
+    tags = _check_tags(row["tags"], expected)
+    if row["kind"] not in KINDS:
+        raise _RowProblem(f"'kind' must be 'single_step' or 'multi_step', not {row['kind']!r}")
+    fixture = row.get("fixture")
+    if fixture is not None and not isinstance(fixture, dict):
+        raise _RowProblem("'fixture' must be a JSON object when present")
+    return Task(task_id, messages, expected, row["kind"], tags, fixture)
+
+
+def _check_fields(row: dict[str, Any]) -> None:
+    for field in REQUIRED_FIELDS:
+        if field not in row:
+            raise _RowProblem(f"the required field '{field}' is missing")
+    for field in row:
+        if field not in REQUIRED_FIELDS + OPTIONAL_FIELDS:
+            raise _RowProblem(f"unknown field '{field}'; rows have {', '.join(REQUIRED_FIELDS + OPTIONAL_FIELDS)}")
+
+
+def _check_id(task_id: Any) -> str:
+    if not isinstance(task_id, str) or not task_id.strip():
+        raise _RowProblem("'id' must be a non-empty string")
+    return task_id
+
+
+def _check_messages(messages: Any) -> tuple[dict[str, Any], ...]:
+    if not isinstance(messages, list) or not messages:
+        raise _RowProblem("'messages' must be a non-empty list of chat messages")
+    for position, message in enumerate(messages, start=1):
+        if not isinstance(message, dict) or not isinstance(message.get("content"), str):
+            raise _RowProblem(f"message #{position} needs a string 'content'")
+        role = message.get("role")
+        if role == "system":
+            raise _RowProblem("rows must not carry a system message; the manifest's system_prompt is used")
+        if role not in ROLES:
+            raise _RowProblem(f"message #{position} has role {role!r}; roles are {', '.join(ROLES)}")
+    if messages[-1]["role"] != "user" or not messages[-1]["content"].strip():
+        raise _RowProblem("the last message must be the user's non-empty request")
+    return tuple(messages)
+
+
+def _check_expected(expected: Any, tools: ToolIndex) -> tuple[ToolCall, ...]:
+    if not isinstance(expected, list):
+        raise _RowProblem("'expected' must be a list of calls ([] when no call is correct)")
+    calls = []
+    for position, call in enumerate(expected, start=1):
+        if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+            raise _RowProblem(f"expected call #{position} needs a string 'name'")
+        arguments = call.get("arguments", {})
+        if not isinstance(arguments, dict):
+            raise _RowProblem(f"expected call #{position} needs 'arguments' as a JSON object")
+        if call["name"] not in tools.schemas:
+            raise _RowProblem(f"expected call '{call['name']}' names a tool that is not in the pack's tools.json")
+        problem = tools.argument_problem(call["name"], arguments)
+        if problem:
+            raise _RowProblem(problem)
+        calls.append(ToolCall(call["name"], arguments))
+    return tuple(calls)
+
+
+def _check_tags(tags: Any, expected: tuple[ToolCall, ...]) -> dict[str, Any]:
+    if not isinstance(tags, dict):
+        raise _RowProblem("'tags' must be a JSON object")
+    for key, kinds in _TAG_TYPES.items():
+        if key in tags and not isinstance(tags[key], kinds):
+            raise _RowProblem(f"tag '{key}' has the wrong type ({type(tags[key]).__name__})")
+    policy = tags.get("policy")
+    if policy is not None and policy not in POLICIES:
+        raise _RowProblem(f"tag 'policy' must be 'refuse' when present, not {policy!r}")
+    if policy == "refuse" and expected:
+        raise _RowProblem("a task with policy 'refuse' must expect no call ([])")
+    return tags

@@ -1,0 +1,147 @@
+"""The one typed config of a training run (SFT or GRPO).
+
+Every field carries its help string where it is declared; the CLI builds its
+flags from these and the run saves the config as JSON next to the run
+(`runs/<run_id>/config.json`) and inside every checkpoint manifest.
+
+Defaults are sized for the CPU path (2 cores, the embedded SmolLM2-135M) and
+follow what was measured to work there (DESIGN.md): SFT about 2 epochs of 160
+examples at batch 8; GRPO with a binary reward, temperature 0.8, 2 prompts x 8
+generations, lr 2e-5, beta 0.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from ..errors import ApplianceError
+
+BACKENDS = ("auto", "cpu", "unsloth")
+STAGES = ("sft", "grpo")
+ALL_LINEAR = "all-linear"
+
+
+def _help(text: str) -> dict[str, str]:
+    return {"help": text}
+
+
+@dataclass
+class TrainConfig:
+    """Everything that decides what a training run does."""
+
+    model: str = field(default="smollm2-135m", metadata=_help(
+        "Base model: a catalogue name (e.g. smollm2-135m, the embedded default) or a local model directory."))
+    pack: str = field(default="workbench", metadata=_help(
+        "Task pack whose `train` split is trained on (its held-out split is for eval only)."))
+    backend: str = field(default="auto", metadata=_help(
+        "auto (unsloth when CUDA and unsloth are available, else cpu), cpu (transformers fp32 + PEFT + TRL), "
+        "or unsloth (4-bit LoRA with a colocated vLLM engine)."))
+    stage: str = field(default="grpo", metadata=_help("sft (supervised on the expected calls) or grpo (RL on the reward)."))
+    preset: str = field(default="grpo", metadata=_help(
+        "GRPO variant: grpo, dr_grpo, dapo or gspo (see appliance.train.presets for the exact TRL options)."))
+    steps: int = field(default=16, metadata=_help("Optimizer steps to run (one step = one batch of prompts)."))
+    learning_rate: float = field(default=2e-5, metadata=_help(
+        "Peak learning rate for the LoRA weights (SFT usually wants ~1e-4, GRPO ~2e-5)."))
+    lora_r: int = field(default=16, metadata=_help("LoRA rank."))
+    lora_alpha: int = field(default=32, metadata=_help("LoRA scaling numerator (effective scale alpha / r)."))
+    lora_targets: str = field(default=ALL_LINEAR, metadata=_help(
+        "Comma-separated module names to adapt, or `all-linear` for every linear layer except the LM head."))
+    lora_dropout: float = field(default=0.0, metadata=_help("Dropout on the LoRA branch (0 keeps RL on-policy)."))
+    num_generations: int = field(default=8, metadata=_help(
+        "GRPO group size: completions sampled per prompt; advantages are relative within a group."))
+    prompts_per_step: int = field(default=2, metadata=_help(
+        "Distinct prompts per GRPO step (SFT: examples per step, i.e. the batch size)."))
+    max_completion_tokens: int = field(default=64, metadata=_help(
+        "Longest completion sampled (GRPO) or trained on (SFT, added to the prompt length)."))
+    temperature: float = field(default=0.8, metadata=_help("Sampling temperature for GRPO rollouts."))
+    beta: float = field(default=0.0, metadata=_help(
+        "KL coefficient against the starting policy (0 skips the reference forward pass)."))
+    epsilon: float = field(default=0.2, metadata=_help("Lower clipping bound of the importance ratio (1 - epsilon)."))
+    epsilon_high: float | None = field(default=None, metadata=_help(
+        "Upper clipping bound (1 + epsilon_high); None = same as epsilon; the dapo preset uses 0.28."))
+    eval_every: int = field(default=8, metadata=_help(
+        "Save a checkpoint (adapter + optimizer state) and run held-out eval every N steps; always at the end."))
+    eval_k: int = field(default=1, metadata=_help("Samples per held-out task at each eval (1 = greedy)."))
+    seed: int = field(default=0, metadata=_help("Seed for data order, LoRA init and sampling."))
+    resume_from: str | None = field(default=None, metadata=_help(
+        "Run id (or run directory) to continue from its last checkpoint, optimizer state included."))
+    init_adapter: str | None = field(default=None, metadata=_help(
+        "PEFT adapter directory to start from (e.g. the SFT checkpoint a GRPO run refines)."))
+    output: str = field(default="checkpoints", metadata=_help(
+        "Checkpoint registry root: adapters go to <output>/<run_id>/step-NNNNN/."))
+    workspace: str = field(default="runs", metadata=_help(
+        "Workspace directory: the run store (DuckDB) and per-run folders with config and trainer state."))
+    gpu_memory_utilization: float = field(default=0.6, metadata=_help(
+        "Unsloth/vLLM only: fraction of GPU memory the colocated vLLM engine may reserve."))
+    max_lora_rank: int = field(default=64, metadata=_help(
+        "Unsloth/vLLM only: the largest LoRA rank vLLM preallocates for; must be >= lora_r."))
+    standby: bool = field(default=True, metadata=_help(
+        "Unsloth only: UNSLOTH_VLLM_STANDBY=1, letting vLLM and training share memory by sleeping the engine."))
+    epochs: float | None = field(default=None, metadata=_help(
+        "SFT only: train this many passes over the train split instead of `steps` (None = use steps)."))
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Reject values that would fail deep inside a trainer, with one sentence a person can act on."""
+        from .presets import PRESETS
+
+        if self.backend not in BACKENDS:
+            raise ApplianceError(f"Unknown backend {self.backend!r}; choose one of {', '.join(BACKENDS)}.")
+        if self.stage not in STAGES:
+            raise ApplianceError(f"Unknown stage {self.stage!r}; choose sft or grpo.")
+        if self.preset not in PRESETS:
+            raise ApplianceError(f"Unknown preset {self.preset!r}; choose one of {', '.join(PRESETS)}.")
+        if self.steps < 1:
+            raise ApplianceError("steps must be at least 1.")
+        if self.stage == "grpo" and self.num_generations < 2:
+            raise ApplianceError("GRPO needs num_generations >= 2: advantages compare completions within a group.")
+        if self.lora_r > self.max_lora_rank:
+            raise ApplianceError(f"lora_r ({self.lora_r}) exceeds max_lora_rank ({self.max_lora_rank}); raise max_lora_rank.")
+        if self.eval_every < 1:
+            raise ApplianceError("eval_every must be at least 1.")
+
+    @property
+    def target_modules(self) -> str | list[str]:
+        """The PEFT `target_modules` value for `lora_targets`."""
+        if self.lora_targets.strip() == ALL_LINEAR:
+            return ALL_LINEAR
+        return [name.strip() for name in self.lora_targets.split(",") if name.strip()]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "TrainConfig":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ApplianceError(f"Unknown training config field(s) {', '.join(unknown)}; check the spelling.")
+        return cls(**data)
+
+    @classmethod
+    def from_json(cls, text: str) -> "TrainConfig":
+        return cls.from_dict(json.loads(text))
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text(self.to_json() + "\n", encoding="utf-8")
+        tmp.replace(path)
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> "TrainConfig":
+        return cls.from_json(Path(path).read_text(encoding="utf-8"))
+
+
+def field_help() -> dict[str, str]:
+    """Help text per field, for CLI flags and the TUI's config form."""
+    return {f.name: f.metadata["help"] for f in fields(TrainConfig)}
