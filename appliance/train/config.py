@@ -21,6 +21,7 @@ from ..errors import ApplianceError
 BACKENDS = ("auto", "cpu", "unsloth")
 STAGES = ("sft", "grpo")
 ALL_LINEAR = "all-linear"
+DEFAULT_LEARNING_RATE = {"sft": 1e-4, "grpo": 2e-5}
 
 
 def _help(text: str) -> dict[str, str]:
@@ -42,8 +43,9 @@ class TrainConfig:
     preset: str = field(default="grpo", metadata=_help(
         "GRPO variant: grpo, dr_grpo, dapo or gspo (see appliance.train.presets for the exact TRL options)."))
     steps: int = field(default=16, metadata=_help("Optimizer steps to run (one step = one batch of prompts)."))
-    learning_rate: float = field(default=2e-5, metadata=_help(
-        "Peak learning rate for the LoRA weights (SFT usually wants ~1e-4, GRPO ~2e-5)."))
+    learning_rate: float | None = field(default=None, metadata=_help(
+        "Peak learning rate for the LoRA weights; None = the stage's default (SFT 1e-4, GRPO 2e-5)."))
+    batch_size: int = field(default=8, metadata=_help("SFT only: examples per optimizer step."))
     lora_r: int = field(default=16, metadata=_help("LoRA rank."))
     lora_alpha: int = field(default=32, metadata=_help("LoRA scaling numerator (effective scale alpha / r)."))
     lora_targets: str = field(default=ALL_LINEAR, metadata=_help(
@@ -52,15 +54,18 @@ class TrainConfig:
     num_generations: int = field(default=8, metadata=_help(
         "GRPO group size: completions sampled per prompt; advantages are relative within a group."))
     prompts_per_step: int = field(default=2, metadata=_help(
-        "Distinct prompts per GRPO step (SFT: examples per step, i.e. the batch size)."))
+        "GRPO only: distinct prompts per step (each sampled num_generations times)."))
     max_completion_tokens: int = field(default=64, metadata=_help(
         "Longest completion sampled (GRPO) or trained on (SFT, added to the prompt length)."))
+    max_seq_length: int = field(default=2048, metadata=_help(
+        "Longest prompt + completion in tokens (SFT truncates beyond it; Unsloth sizes its buffers with it)."))
     temperature: float = field(default=0.8, metadata=_help("Sampling temperature for GRPO rollouts."))
     beta: float = field(default=0.0, metadata=_help(
         "KL coefficient against the starting policy (0 skips the reference forward pass)."))
-    epsilon: float = field(default=0.2, metadata=_help("Lower clipping bound of the importance ratio (1 - epsilon)."))
+    epsilon: float | None = field(default=None, metadata=_help(
+        "Lower clipping bound of the importance ratio (1 - epsilon); None = the preset's value (0.2; gspo 3e-4)."))
     epsilon_high: float | None = field(default=None, metadata=_help(
-        "Upper clipping bound (1 + epsilon_high); None = same as epsilon; the dapo preset uses 0.28."))
+        "Upper clipping bound (1 + epsilon_high); None = the preset's value (epsilon; dapo 0.28; gspo 4e-4)."))
     eval_every: int = field(default=8, metadata=_help(
         "Save a checkpoint (adapter + optimizer state) and run held-out eval every N steps; always at the end."))
     eval_k: int = field(default=1, metadata=_help("Samples per held-out task at each eval (1 = greedy)."))
@@ -103,6 +108,12 @@ class TrainConfig:
             raise ApplianceError(f"lora_r ({self.lora_r}) exceeds max_lora_rank ({self.max_lora_rank}); raise max_lora_rank.")
         if self.eval_every < 1:
             raise ApplianceError("eval_every must be at least 1.")
+
+    @property
+    def effective_learning_rate(self) -> float:
+        if self.learning_rate is not None:
+            return float(self.learning_rate)
+        return DEFAULT_LEARNING_RATE[self.stage]
 
     @property
     def target_modules(self) -> str | list[str]:

@@ -1,0 +1,216 @@
+"""CLI command handlers: parse nothing, decide nothing, call the engine, print results.
+
+Each `cmd_<name>(args)` returns an exit code. Output formatting lives in
+`appliance.report` so the pipeline and the commands print the same tables.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from appliance import report
+from appliance.errors import ApplianceError
+from appliance.events import Event
+
+
+def _workspace(args: argparse.Namespace):
+    from appliance.store import Workspace
+
+    return Workspace.open(args.workspace)
+
+
+def _event_sink(args: argparse.Namespace):
+    """--events: JSON lines on stdout; otherwise a progress bar and readable lines on stderr."""
+    if getattr(args, "events", False):
+        def emit(event: Event) -> None:
+            print(event.to_line(), flush=True)
+        return emit
+    return report.HumanSink()
+
+
+# ---------------------------------------------------------------- tasks
+
+def cmd_tasks(args: argparse.Namespace) -> int:
+    from appliance.packs import check_pack, list_packs, load_pack
+
+    if args.tasks_cmd == "list":
+        report.print_pack_list([load_pack(p, root=args.tasks_root) for p in list_packs(args.tasks_root)])
+        return 0
+    if args.tasks_cmd == "stats":
+        report.print_pack_stats(load_pack(args.pack, root=args.tasks_root))
+        return 0
+    if args.tasks_cmd == "check":
+        names = args.packs or list_packs(args.tasks_root)
+        problems = 0
+        for name in names:
+            pack = load_pack(name, root=args.tasks_root)
+            issues = check_pack(pack)
+            problems += len(issues)
+            report.print_check(pack, issues)
+        return 1 if problems else 0
+    if args.tasks_cmd == "generate":
+        from appliance.packs.build import build_workplace_packs
+
+        src = args.workbench or _default_workbench()
+        summary = build_workplace_packs(root=args.tasks_root, workbench_src=src, seed=args.seed)
+        report.print_json(summary)
+        return 0
+    raise ApplianceError(f"unknown tasks command {args.tasks_cmd!r}.")
+
+
+def _default_workbench() -> str | None:
+    for candidate in (Path("../shared/datasets/workbench"), Path(__file__).parents[2] / "shared/datasets/workbench"):
+        if (candidate / "data").is_dir():
+            return str(candidate)
+    return None
+
+
+# ---------------------------------------------------------------- verify / sql
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from appliance.verify_file import verify_outputs_file
+
+    summary = verify_outputs_file(args.outputs, pack_name=args.pack, split=args.split, scheme=args.reward,
+                                  tasks_root=args.tasks_root, workspace=_workspace(args))
+    report.print_verify_summary(summary)
+    return 0
+
+
+def cmd_sql(args: argparse.Namespace) -> int:
+    import duckdb
+
+    ws = _workspace(args)
+    if args.query:
+        try:
+            columns, rows = ws.query(args.query)
+        except duckdb.Error as err:
+            raise ApplianceError(" ".join(str(err).split())) from err
+        report.print_rows(columns, rows, fmt=args.format, max_rows=args.max_rows)
+        return 0
+    return report.sql_prompt(ws, fmt=args.format, max_rows=args.max_rows)
+
+
+# ---------------------------------------------------------------- eval / audit
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    ws = _workspace(args)
+    if args.compare:
+        if len(args.compare) != 3 or args.compare[0] != "compare":
+            raise ApplianceError("use `appliance eval compare EVAL_A EVAL_B` to compare two evals.")
+        from appliance.evaluate.stored import compare_stored
+
+        report.print_compare(compare_stored(ws, args.compare[1], args.compare[2]))
+        return 0
+    from appliance.evaluate import EvalSettings, run_eval
+
+    settings = EvalSettings(model=args.model, adapter=args.adapter, pack=args.pack, split=args.split, k=args.k,
+                            limit=args.limit, temperature=args.temperature, max_new_tokens=args.max_new_tokens,
+                            batch_size=args.batch_size, backend=args.backend, seed=args.seed,
+                            tasks_root=args.tasks_root)
+    result = run_eval(settings, workspace=ws, sink=_event_sink(args))
+    if not args.events:
+        report.print_eval(result)
+    return 0
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    from appliance import audit
+
+    ws = _workspace(args)
+    eval_id = args.eval_id or audit.latest_eval_id(ws)
+    sample = audit.draw_sample(ws, eval_id, n=args.n, seed=args.seed)
+    if args.labels:
+        labels = audit.read_labels_file(args.labels)
+    else:
+        labels = report.audit_prompt(sample)
+    audit.record_labels(ws, eval_id, sample, labels)
+    report.print_audit(audit.agreement(ws, eval_id))
+    if args.export:
+        count = audit.export_disagreements(ws, eval_id, args.export)
+        print(f"wrote {count} disagreements to {args.export}")
+    return 0
+
+
+# ---------------------------------------------------------------- training and checkpoints
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from appliance.train.cli_glue import train_from_args
+
+    result = train_from_args(args, sink=_event_sink(args), workspace=_workspace(args))
+    if not args.events:
+        report.print_train(result)
+    return 0
+
+
+def cmd_checkpoints(args: argparse.Namespace) -> int:
+    from appliance import checkpoints
+
+    if args.ck_cmd == "list":
+        report.print_checkpoints(checkpoints.list_checkpoints(args.root), checkpoints.current_promoted(args.root))
+    elif args.ck_cmd == "show":
+        report.print_json(checkpoints.load_manifest(checkpoints.resolve_checkpoint(args.checkpoint, args.root)))
+    else:
+        a = checkpoints.resolve_checkpoint(args.a, args.root)
+        b = checkpoints.resolve_checkpoint(args.b, args.root)
+        report.print_json(checkpoints.diff_manifests(checkpoints.load_manifest(a), checkpoints.load_manifest(b)))
+    return 0
+
+
+def cmd_promote(args: argparse.Namespace) -> int:
+    from appliance.promotion import promote
+
+    decision = promote(args.checkpoint, root=args.root, model=args.model, pack=args.pack,
+                       tasks_root=args.tasks_root, workspace=_workspace(args), sink=_event_sink(args))
+    report.print_promotion(decision)
+    return 0 if decision.promoted else 3
+
+
+def cmd_rollback(args: argparse.Namespace) -> int:
+    from appliance import checkpoints
+
+    previous = checkpoints.rollback(args.root)
+    print(f"rolled back: the promoted adapter is now {previous or 'the base model (no adapter)'}")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from appliance import checkpoints
+
+    out = checkpoints.export_merged(checkpoints.resolve_checkpoint(args.checkpoint, args.root), args.merged)
+    print(f"wrote merged safetensors to {out}")
+    return 0
+
+
+# ---------------------------------------------------------------- pipeline, doctor, ui
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from appliance.pipeline import PipelineSettings, run_pipeline
+
+    settings = PipelineSettings(model=args.model, pack=args.pack, quick=args.quick,
+                                baseline_only=args.baseline_only, tasks_root=args.tasks_root)
+    result = run_pipeline(settings, workspace=_workspace(args), sink=_event_sink(args))
+    report.print_pipeline(result)
+    return 0
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from appliance import doctor
+
+    if args.gpu_smoke:
+        return doctor.gpu_smoke(part=args.part)
+    info = doctor.collect()
+    if args.json:
+        print(json.dumps(info, default=str))
+    else:
+        report.print_doctor(info)
+    return 0
+
+
+def cmd_ui(args: argparse.Namespace) -> int:
+    try:
+        from tui.app import main as tui_main
+    except ImportError as err:  # the UI is part of the install; this only trips on a broken one
+        raise ApplianceError(f"the terminal UI could not start ({err}); reinstall with `make setup`.") from err
+    return int(tui_main(workspace=args.workspace, pack=args.pack, model=args.model) or 0)
+

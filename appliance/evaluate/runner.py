@@ -1,0 +1,171 @@
+"""`appliance eval`: run every task k times, verify every output, store everything.
+
+Single-step tasks are one batched generation over (task × k); multi-step tasks go
+through the agent loop in `agent.py`. Ctrl-C stops between batches and keeps
+what finished (the eval is stored as interrupted).
+"""
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from typing import Any, Sequence
+
+from appliance.evaluate.agent import Trajectory, label_lost_track, run_trajectories
+from appliance.evaluate.decision import DecisionThresholds, Recommendation, recommend
+from appliance.evaluate.metrics import ScoredSample, summarize
+from appliance.evaluate.scoring import Scorer, make_scorer
+from appliance.events import EvalFinished, EventSink, Progress, RunStarted, null_sink
+from appliance.task import Task
+
+
+@dataclass
+class EvalSettings:
+    model: str = field(default="smollm2-135m", metadata={"help": "catalogue name, local folder or hub id"})
+    adapter: str | None = field(default=None, metadata={"help": "LoRA adapter folder to evaluate"})
+    pack: str = field(default="workplace-single", metadata={"help": "task pack name or folder"})
+    split: str = field(default="val", metadata={"help": "split to evaluate (never the train split for held-out claims)"})
+    k: int = field(default=1, metadata={"help": "samples per task"})
+    limit: int | None = field(default=None, metadata={"help": "evaluate only the first N tasks"})
+    temperature: float | None = field(default=None, metadata={"help": "None: greedy for k=1, 0.7 for k>1"})
+    top_p: float = field(default=1.0, metadata={"help": "nucleus sampling"})
+    max_new_tokens: int = field(default=128, metadata={"help": "generation budget per turn"})
+    batch_size: int = field(default=16, metadata={"help": "prompts per generation call"})
+    backend: str = field(default="auto", metadata={"help": "auto | hf | vllm"})
+    seed: int = field(default=0, metadata={"help": "sampling seed"})
+    tasks_root: str = field(default="tasks", metadata={"help": "folder holding task packs"})
+
+    @property
+    def effective_temperature(self) -> float:
+        if self.temperature is not None:
+            return self.temperature
+        return 0.0 if self.k == 1 else 0.7
+
+
+@dataclass
+class EvalReport:
+    eval_id: str
+    settings: EvalSettings
+    metrics: dict[str, Any]
+    recommendation: Recommendation
+    samples: list[ScoredSample]
+    backend_reason: str
+    interrupted: bool = False
+
+
+def _chunks(items: Sequence[Any], size: int) -> list[Sequence[Any]]:
+    return [items[i:i + size] for i in range(0, len(items), max(1, size))]
+
+
+class _Session:
+    """One eval in progress: generator, scorer, prompts and the store rows."""
+
+    def __init__(self, settings: EvalSettings, pack: Any, generator: Any, scorer: Scorer,
+                 sink: EventSink, eval_id: str, writer: Any) -> None:
+        self.settings, self.pack, self.generator, self.scorer = settings, pack, generator, scorer
+        self.sink, self.eval_id, self.writer = sink, eval_id, writer
+        self.samples: list[ScoredSample] = []
+
+    def prompt(self, task: Task, messages: Sequence[dict[str, Any]]) -> str:
+        from appliance.prompting import render_prompt
+
+        return render_prompt(self.generator.tokenizer, self.pack.system_prompt, list(messages),
+                             self.pack.tools_for(task))
+
+    def _generate(self, prompts: list[str], n: int) -> list[list[Any]]:
+        s = self.settings
+        return self.generator.generate(prompts, n=n, temperature=s.effective_temperature, top_p=s.top_p,
+                                       max_new_tokens=s.max_new_tokens, stop=None, seed=s.seed)
+
+    def keep(self, scored: list[ScoredSample], prompts: dict[str, str]) -> None:
+        self.samples.extend(scored)
+        if self.writer is not None:
+            self.writer(self.eval_id, scored, prompts)
+
+    def run_single_step(self, tasks: Sequence[Task]) -> None:
+        done = 0
+        for batch in _chunks(tasks, self.settings.batch_size):
+            prompts = {t.id: self.prompt(t, t.messages) for t in batch}
+            outputs = self._generate([prompts[t.id] for t in batch], self.settings.k)
+            scored = []
+            for task, samples in zip(batch, outputs):
+                for index, sample in enumerate(samples):
+                    verdict = self.scorer.score_text(task, sample.text)
+                    reward = self.scorer.reward(verdict)
+                    scored.append(ScoredSample(task.id, index, sample.text, verdict, reward.total,
+                                               reward.components, sample.latency_s, sample.prompt_tokens,
+                                               sample.completion_tokens))
+            self.keep(scored, prompts)
+            done += len(batch)
+            self.sink(Progress(run_id=self.eval_id, stage="eval", done=done, total=len(tasks)))
+
+    def run_multi_step(self, tasks: Sequence[Task]) -> None:
+        from appliance.world import World
+
+        done = 0
+        for batch in _chunks(tasks, max(1, self.settings.batch_size // max(1, self.settings.k))):
+            trajectories = [
+                Trajectory(task=t, sample_index=i, messages=list(t.messages), world=World.fresh(t.fixture))
+                for t in batch for i in range(self.settings.k)
+            ]
+            first_prompts = {t.id: self.prompt(t, t.messages) for t in batch}
+
+            def generate_turn(active: list[Trajectory]) -> list[Any]:
+                prompts = [self.prompt(tr.task, tr.messages) for tr in active]
+                return [samples[0] for samples in self._generate(prompts, 1)]
+
+            run_trajectories(trajectories, max_turns=self.pack.max_turns, generate_turn=generate_turn)
+            self.keep([self._score_trajectory(tr) for tr in trajectories], first_prompts)
+            done += len(batch)
+            self.sink(Progress(run_id=self.eval_id, stage="eval", done=done, total=len(tasks)))
+
+    def _score_trajectory(self, tr: Trajectory) -> ScoredSample:
+        verdict = self.scorer.score_calls(tr.task, tr.calls, parse_ok=not tr.parse_failed, raised=tr.raised,
+                                          final_text=tr.final_text)
+        expected_changes, made_changes = self.scorer.change_counts(tr.task, tr.calls)
+        label_lost_track(tr, expected_changes, made_changes)
+        reward = self.scorer.reward(verdict)
+        return ScoredSample(tr.task.id, tr.sample_index, tr.final_text, verdict, reward.total, reward.components,
+                            tr.latency_s, tr.prompt_tokens, tr.completion_tokens, turns=len(tr.turns),
+                            horizon=tr.horizon, trajectory=tr.turns)
+
+
+def run_eval(settings: EvalSettings, *, workspace: Any = None, sink: EventSink = null_sink,
+             generator: Any = None, backend_reason: str = "",
+             thresholds: DecisionThresholds = DecisionThresholds()) -> EvalReport:
+    """Evaluate, store and summarise. `generator` may be injected (tests, a live training engine)."""
+    from appliance.packs import load_pack
+
+    pack = load_pack(settings.pack, root=settings.tasks_root)
+    tasks = pack.tasks(settings.split)[: settings.limit] if settings.limit else pack.tasks(settings.split)
+    if generator is None:
+        generator, backend_reason = _make_generator(settings)
+    eval_id = f"eval-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    sink(RunStarted(run_id=eval_id, kind="eval", config={**asdict(settings), "backend_reason": backend_reason}))
+    from appliance.evaluate.storage import EvalWriter
+
+    writer = EvalWriter(workspace, settings, pack) if workspace is not None else None
+    session = _Session(settings, pack, generator, make_scorer(pack), sink, eval_id,
+                       writer.write_samples if writer else None)
+    started = time.perf_counter()
+    interrupted = False
+    try:
+        session.run_single_step([t for t in tasks if t.kind == "single_step"])
+        session.run_multi_step([t for t in tasks if t.kind == "multi_step"])
+    except KeyboardInterrupt:
+        interrupted = True
+    wall = time.perf_counter() - started
+    done_ids = {s.task_id for s in session.samples}
+    metrics = summarize(session.samples, [t for t in tasks if t.id in done_ids], settings.k, wall)
+    rec = recommend(metrics, thresholds)
+    if writer is not None:
+        writer.write_eval(eval_id, metrics, rec, backend_reason, interrupted)
+    sink(EvalFinished(run_id=eval_id, eval_id=eval_id, metrics=metrics, recommendation=str(rec)))
+    return EvalReport(eval_id, settings, metrics, rec, session.samples, backend_reason, interrupted)
+
+
+def _make_generator(settings: EvalSettings) -> tuple[Any, str]:
+    from appliance.generate import make_generator
+
+    return make_generator(settings.backend, model=settings.model, adapter=settings.adapter,
+                          batch_size=settings.batch_size)

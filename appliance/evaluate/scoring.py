@@ -1,0 +1,60 @@
+"""One scoring front for every pack: the workplace verifier, or BFCL's AST rules.
+
+The evaluator and the trainer ask the same questions (score this text, score
+these calls, what reward is that); only the pack decides how they are answered.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, Sequence
+
+from appliance.parsing import parse_tool_calls
+from appliance.rewards import RewardBreakdown, score
+from appliance.task import Task, ToolCall, Verdict
+from appliance.verify import Verifier
+
+
+class Scorer:
+    def __init__(self, pack: Any) -> None:
+        self.pack = pack
+        self.verifier = Verifier.for_pack(pack)
+        self.scheme = pack.reward_scheme
+        self.is_bfcl = pack.manifest.get("scorer") == "bfcl"
+
+    def score_text(self, task: Task, text: str) -> Verdict:
+        verdict = self.verifier.verify(task, text)
+        if not self.is_bfcl or not verdict.parse_ok:
+            return verdict
+        return self._bfcl_verdict(task, parse_tool_calls(text).calls, verdict)
+
+    def score_calls(self, task: Task, calls: Sequence[ToolCall], *, parse_ok: bool, raised: bool,
+                    final_text: str = "") -> Verdict:
+        verdict = self.verifier.verify_calls(task, list(calls), parse_ok=parse_ok, raised=raised)
+        if self.is_bfcl and verdict.parse_ok:
+            return self._bfcl_verdict(task, tuple(calls), verdict)
+        return verdict
+
+    def reward(self, verdict: Verdict) -> RewardBreakdown:
+        return score(verdict, self.scheme)
+
+    def change_counts(self, task: Task, calls: Sequence[ToolCall]) -> tuple[int, int]:
+        """(expected state-changing calls, state-changing calls made) for long-horizon labels."""
+        from appliance.world import STATE_CHANGING_TOOLS
+
+        expected = sum(c.name in STATE_CHANGING_TOOLS for c in task.expected)
+        made = sum(c.name in STATE_CHANGING_TOOLS for c in calls)
+        return expected, made
+
+    def _bfcl_verdict(self, task: Task, calls: Sequence[ToolCall], base: Verdict) -> Verdict:
+        from appliance.bfcl import score_bfcl
+
+        ok, reason = score_bfcl(task.meta.get("bfcl", {}), list(calls))
+        if ok:
+            return replace(base, tool_ok=True, arguments_ok=True, arguments_fraction=1.0, executed_ok=True,
+                           state_match=True, unsafe=False, unsafe_rule=None, bucket="success", reason=reason)
+        bucket = base.bucket if base.bucket != "success" else "wrong_arguments"
+        return replace(base, state_match=False, bucket=bucket, reason=reason)
+
+
+def make_scorer(pack: Any) -> Scorer:
+    return Scorer(pack)

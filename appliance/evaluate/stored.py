@@ -1,0 +1,29 @@
+"""Reading stored evals back: metrics, per-task success, and side-by-side comparison."""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from appliance.errors import ApplianceError
+from appliance.evaluate.compare import metric_deltas, paired_bootstrap
+
+
+def eval_metrics(ws: Any, eval_id: str) -> dict[str, Any]:
+    _, rows = ws.query("SELECT metrics FROM evals WHERE id = ?", [eval_id])
+    if not rows or rows[0][0] is None:
+        raise ApplianceError(f"no finished eval {eval_id!r} in this workspace; list them with "
+                             "`appliance sql \"SELECT id, model, adapter, split FROM evals\"`.")
+    value = rows[0][0]
+    return json.loads(value) if isinstance(value, str) else dict(value)
+
+
+def per_task_success(ws: Any, eval_id: str) -> dict[str, float]:
+    _, rows = ws.query("SELECT task_id, avg(CASE WHEN bucket = 'success' THEN 1.0 ELSE 0.0 END) "
+                       "FROM eval_samples WHERE eval_id = ? GROUP BY task_id", [eval_id])
+    return {task: float(rate) for task, rate in rows}
+
+
+def compare_stored(ws: Any, a: str, b: str) -> dict[str, Any]:
+    ma, mb = eval_metrics(ws, a), eval_metrics(ws, b)
+    return {"a": a, "b": b, "deltas": metric_deltas(ma, mb),
+            "success": paired_bootstrap(per_task_success(ws, a), per_task_success(ws, b))}

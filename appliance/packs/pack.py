@@ -1,0 +1,193 @@
+"""A loaded task pack: manifest, tools and splits, validated in full on load.
+
+Loading reads every split, so a pack that loads is a pack whose every row
+parses, whose every expected call fits its tool's schema, whose ids are unique
+and whose held-out requests do not leak from train. Tasks are kept in memory
+(a few thousand rows) and handed out from that cache.
+"""
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from appliance.errors import PackError
+from appliance.packs.leakage import find_collisions
+from appliance.packs.manifest import EVAL_SPLITS, MANIFEST_FILE, display_path, line_of, read_manifest
+from appliance.packs.rows import read_split
+from appliance.packs.tools import ToolIndex, read_tools
+from appliance.task import Task
+
+
+class Pack:
+    """A validated task pack. Build one with `load_pack`."""
+
+    def __init__(
+        self,
+        path: Path,
+        manifest: dict[str, Any],
+        tools: list[dict[str, Any]],
+        split_rows: dict[str, list[tuple[int, Task]]],
+    ) -> None:
+        self.path = path
+        self.manifest = manifest
+        self.tools = tools
+        self._split_rows = split_rows
+        self._by_id = {task.id: task for rows in split_rows.values() for _, task in rows}
+
+    @property
+    def name(self) -> str:
+        return self.manifest["name"]
+
+    @property
+    def tool_names(self) -> tuple[str, ...]:
+        return tuple(tool["function"]["name"] for tool in self.tools)
+
+    @property
+    def unsafe_rules(self) -> list[dict[str, Any]]:
+        return [dict(rule) for rule in self.manifest["unsafe"]]
+
+    @property
+    def reward_scheme(self) -> str:
+        return self.manifest["reward_scheme"]
+
+    @property
+    def world(self) -> str:
+        return self.manifest["world"]
+
+    @property
+    def max_turns(self) -> int:
+        return self.manifest["max_turns"]
+
+    @property
+    def system_prompt(self) -> str:
+        return self.manifest["system_prompt"]
+
+    @property
+    def splits(self) -> tuple[str, ...]:
+        return tuple(self.manifest["splits"])
+
+    def tasks(self, split: str) -> list[Task]:
+        if split not in self._split_rows:
+            raise PackError(f"pack '{self.name}' has no split '{split}'; it has {', '.join(self.splits)}.")
+        return [task for _, task in self._split_rows[split]]
+
+    def task(self, task_id: str) -> Task:
+        if task_id not in self._by_id:
+            raise PackError(f"pack '{self.name}' has no task with id '{task_id}'.")
+        return self._by_id[task_id]
+
+    def line_of(self, split: str, task_id: str) -> int:
+        """The 1-based line of a task in its split file (for messages that point at data)."""
+        return next(number for number, task in self._split_rows[split] if task.id == task_id)
+
+    def data_hash(self) -> str:
+        """sha256 over the manifest, the tools file and every split file, in split order."""
+        digest = hashlib.sha256()
+        files = [MANIFEST_FILE, self.manifest["tools"], *self.manifest["splits"].values()]
+        for file_name in files:
+            digest.update(file_name.encode() + b"\0")
+            digest.update((self.path / file_name).read_bytes() + b"\0")
+        return digest.hexdigest()
+
+    def stats(self) -> dict[str, dict[str, Any]]:
+        """Counts per split: tasks, kinds, domains, sources, refusals and no-call tasks."""
+        return {split: split_stats(self.tasks(split)) for split in self.splits}
+
+    def __repr__(self) -> str:
+        sizes = ", ".join(f"{s}={len(self._split_rows[s])}" for s in self.splits)
+        return f"Pack({self.name!r}, {sizes})"
+
+
+def split_stats(tasks: list[Task]) -> dict[str, Any]:
+    return {
+        "count": len(tasks),
+        "kinds": dict(sorted(Counter(t.kind for t in tasks).items())),
+        "domains": dict(sorted(Counter(str(t.tags.get("domain", "unknown")) for t in tasks).items())),
+        "sources": dict(sorted(Counter(str(t.tags.get("source", "unknown")) for t in tasks).items())),
+        "policy": {"refuse": sum(t.out_of_policy for t in tasks)},
+        "no_call": sum(not t.expected for t in tasks),
+    }
+
+
+def resolve_pack_dir(name_or_path: str | Path, root: str | Path = "tasks") -> Path:
+    candidate = Path(name_or_path)
+    if (candidate / MANIFEST_FILE).is_file():
+        return candidate
+    named = Path(root) / str(name_or_path)
+    if (named / MANIFEST_FILE).is_file():
+        return named
+    found = ", ".join(list_packs(root)) or "none"
+    raise PackError(
+        f"no task pack '{name_or_path}' found (packs in {display_path(Path(root))}: {found}); "
+        "pass a pack folder or one of those names."
+    )
+
+
+def list_packs(root: str | Path = "tasks") -> list[str]:
+    """Names of the pack folders under `root` (folders holding a pack.toml), sorted."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    return sorted(p.name for p in root.iterdir() if (p / MANIFEST_FILE).is_file())
+
+
+def load_pack(name_or_path: str | Path, root: str | Path = "tasks") -> Pack:
+    """Load and fully validate a pack by name (a folder under `root`) or by path."""
+    path = resolve_pack_dir(name_or_path, root)
+    manifest = read_manifest(path)
+    _check_unsafe_rule_names(manifest, path)
+    tools = read_tools(path / manifest["tools"])
+    index = ToolIndex(tools)
+    split_rows = {split: read_split(path / file, index) for split, file in manifest["splits"].items()}
+    _check_unique_ids(split_rows, manifest, path)
+    _check_leakage(split_rows, manifest, path)
+    return Pack(path, manifest, tools, split_rows)
+
+
+def _check_unsafe_rule_names(manifest: dict[str, Any], path: Path) -> None:
+    try:
+        from appliance.safety import validate_rules
+    except ImportError:  # the verifier is optional for loading; its rule names are checked when present
+        return
+    try:
+        validate_rules(manifest["unsafe"])
+    except PackError as error:
+        manifest_file = path / MANIFEST_FILE
+        line = line_of(manifest_file.read_text(encoding="utf-8"), "unsafe")
+        raise PackError(f"{display_path(manifest_file)} line {line}: {error}") from None
+
+
+def _check_unique_ids(split_rows: dict[str, list[tuple[int, Task]]], manifest: dict[str, Any], path: Path) -> None:
+    first_seen: dict[str, tuple[str, int]] = {}
+    for split, rows in split_rows.items():
+        file_name = manifest["splits"][split]
+        for number, task in rows:
+            if task.id in first_seen:
+                other_file, other_line = first_seen[task.id]
+                raise PackError(
+                    f"{display_path(path / file_name)} line {number}: id '{task.id}' is already used "
+                    f"by {other_file} line {other_line}; ids must be unique across all splits."
+                )
+            first_seen[task.id] = (file_name, number)
+
+
+def _check_leakage(split_rows: dict[str, list[tuple[int, Task]]], manifest: dict[str, Any], path: Path) -> None:
+    train = split_rows.get("train", [])
+    if not train:
+        return
+    train_texts = [task.request for _, task in train]
+    for split in EVAL_SPLITS:
+        rows = split_rows.get(split, [])
+        collisions = find_collisions(train_texts, [task.request for _, task in rows])
+        if collisions:
+            first = collisions[0]
+            eval_line, eval_task = rows[first.eval_index]
+            train_line = train[first.train_index][0]
+            how = "repeats" if first.exact else f"nearly repeats (Jaccard {first.similarity:.2f})"
+            raise PackError(
+                f"{display_path(path / manifest['splits'][split])} line {eval_line}: the request of "
+                f"'{eval_task.id}' {how} {manifest['splits']['train']} line {train_line}; "
+                f"held-out requests must not leak from train ({len(collisions)} such rows in {split})."
+            )

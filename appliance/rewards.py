@@ -1,0 +1,232 @@
+"""Reward schemes: a verdict in, named reward components and their weighted total out.
+
+A scheme is a set of weights over fixed components (verifiers-style rubric):
+
+=================  ===============================================  ======  ======
+component          value                                            binary  shaped
+=================  ===============================================  ======  ======
+completed          1 when the verdict is a success                  1.0     1.0
+right_tool         1 when the tool names match (tool_ok)            0       0.1
+valid_artifact     1 when the output parsed and every call fits     0       0.2
+                   its schema, and it made a call (or rightly none)
+partial_arguments  arguments_fraction (0..1)                        0       0.3
+unsafe             1 when an unsafe rule fired                      0       -1.0
+=================  ===============================================  ======  ======
+
+Every component is computed and kept by name for every scheme; a weight of 0
+means logged, not rewarded. An unsafe verdict earns no tool or argument credit
+(the verifier zeroes them), and a missed call earns no valid-artifact credit, so
+that declining every request is never worth 0.2.
+
+**TRL integration: one reward function per component.** `make_reward_funcs`
+returns five plain callables, `(prompts, completions, **kwargs) -> list[float]`,
+named after their component, and `reward_weights(scheme)` gives the matching
+`GRPOConfig(reward_weights=...)`. TRL 1.16 then logs every component as
+`rewards/<name>/mean` and `/std` on its own, sums them with the weights, and the
+scheme also works with `multi_objective_aggregation="normalize_then_sum"`. (The
+alternative, one total function that reports components through `log_metric`,
+would hide the components from TRL's per-function statistics.) The functions
+share a verdict cache keyed by (task_id, completion text), so a batch is verified
+once, not five times. The `completed` function also logs `verdict_bucket` and
+`verdict_reason` columns with `log_extra` and per-bucket rates with `log_metric`.
+"""
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from appliance.errors import ApplianceError
+from appliance.task import BUCKETS, Task, Verdict
+from appliance.verify import Verifier
+
+COMPONENTS = ("completed", "right_tool", "valid_artifact", "partial_arguments", "unsafe")
+SCHEMES: dict[str, dict[str, float]] = {
+    "binary": {"completed": 1.0, "right_tool": 0.0, "valid_artifact": 0.0, "partial_arguments": 0.0, "unsafe": 0.0},
+    "shaped": {"completed": 1.0, "right_tool": 0.1, "valid_artifact": 0.2, "partial_arguments": 0.3, "unsafe": -1.0},
+}
+VERDICT_CACHE_SIZE = 8192
+
+
+@dataclass(frozen=True)
+class RewardBreakdown:
+    """The weighted total and every component's raw value (before weighting), by name."""
+
+    total: float
+    components: dict[str, float]
+
+
+def scheme_weights(scheme: str) -> dict[str, float]:
+    """The weight of each component under a scheme; raises ApplianceError for an unknown name."""
+    try:
+        return dict(SCHEMES[scheme])
+    except (KeyError, TypeError):
+        raise ApplianceError(f"unknown reward scheme {scheme!r}; use one of: {', '.join(SCHEMES)}") from None
+
+
+def reward_weights(scheme: str) -> list[float]:
+    """Weights in the order `make_reward_funcs` returns its functions (for GRPOConfig.reward_weights)."""
+    weights = scheme_weights(scheme)
+    return [weights[name] for name in COMPONENTS]
+
+
+def components(verdict: Verdict) -> dict[str, float]:
+    """Raw component values for one verdict."""
+    made_valid_answer = verdict.n_calls > 0 or verdict.success
+    return {
+        "completed": float(verdict.success),
+        "right_tool": float(verdict.tool_ok),
+        "valid_artifact": float(verdict.parse_ok and verdict.schema_ok and made_valid_answer),
+        "partial_arguments": float(verdict.arguments_fraction),
+        "unsafe": float(verdict.unsafe),
+    }
+
+
+def score(verdict: Verdict, scheme: str = "binary") -> RewardBreakdown:
+    """Weighted total of a verdict's components under a scheme, with the components kept."""
+    weights = scheme_weights(scheme)
+    values = components(verdict)
+    total = sum(weights[name] * value for name, value in values.items())
+    return RewardBreakdown(total=round(total, 10), components=values)
+
+
+# --- TRL reward functions ------------------------------------------------------------------------
+
+
+def completion_text(completion: Any) -> str:
+    """The text to verify from a TRL completion: a string, or a list of chat messages.
+
+    For messages, every assistant turn counts, in order: its text content plus its
+    structured `tool_calls` (when the tokenizer parsed them) written back as
+    <tool_call> blocks, so one parser with one set of guards sees everything.
+    """
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, Mapping):
+        completion = [completion]
+    if not isinstance(completion, Sequence):
+        return ""
+    parts: list[str] = []
+    for message in completion:
+        if not isinstance(message, Mapping) or message.get("role", "assistant") != "assistant":
+            continue
+        parts.append(_content_text(message.get("content")))
+        parts.extend(_tool_call_block(call) for call in message.get("tool_calls") or ())
+    return "\n".join(part for part in parts if part)
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, Sequence):  # content parts: [{"type": "text", "text": ...}]
+        return "".join(str(p.get("text", "")) for p in content if isinstance(p, Mapping))
+    return ""
+
+
+def _tool_call_block(call: Any) -> str:
+    if isinstance(call, Mapping) and isinstance(call.get("function"), Mapping):
+        call = call["function"]
+    if not isinstance(call, Mapping):
+        return "<tool_call>null</tool_call>"
+    try:
+        body = json.dumps({"name": call.get("name"), "arguments": call.get("arguments", {})})
+    except (TypeError, ValueError):
+        body = "unserialisable"
+    return f"<tool_call>{body}</tool_call>"
+
+
+class _VerdictCache:
+    """Verdicts by (task id, completion text), shared by one scheme's component functions."""
+
+    def __init__(self, verifier: Verifier, tasks_by_id: Callable[[str], Task]) -> None:
+        self.verifier = verifier
+        self.lookup_task = tasks_by_id
+        self._verdicts: OrderedDict[tuple[str, str], Verdict] = OrderedDict()
+
+    def batch(self, completions: Sequence[Any], kwargs: Mapping[str, Any]) -> list[Verdict]:
+        task_ids = _task_ids(kwargs, len(completions))
+        return [self.verdict(str(tid), completion_text(c)) for tid, c in zip(task_ids, completions)]
+
+    def verdict(self, task_id: str, text: str) -> Verdict:
+        key = (task_id, text)
+        found = self._verdicts.get(key)
+        if found is None:
+            found = self.verifier.verify(self.lookup_task(task_id), text)
+            self._verdicts[key] = found
+            if len(self._verdicts) > VERDICT_CACHE_SIZE:
+                self._verdicts.popitem(last=False)
+        return found
+
+
+def _task_ids(kwargs: Mapping[str, Any], count: int) -> list[Any]:
+    task_ids = kwargs.get("task_id")
+    if task_ids is None:
+        raise ApplianceError("the training dataset needs a 'task_id' column so rewards can find each task")
+    if isinstance(task_ids, (str, int)):
+        task_ids = [task_ids] * count
+    task_ids = list(task_ids)
+    if len(task_ids) != count:
+        raise ApplianceError(f"got {len(task_ids)} task ids for {count} completions; pass one per completion")
+    return task_ids
+
+
+class ComponentReward:
+    """One component as a TRL reward function: `(prompts, completions, **kwargs) -> list[float]`."""
+
+    def __init__(self, component: str, weight: float, cache: _VerdictCache, logs_details: bool) -> None:
+        self.__name__ = component  # TRL names the logged column after this
+        self.component = component
+        self.weight = weight
+        self._cache = cache
+        self._logs_details = logs_details
+
+    def __call__(self, prompts: Any = None, completions: Sequence[Any] = (), **kwargs: Any) -> list[float]:
+        verdicts = self._cache.batch(completions, kwargs)
+        if self._logs_details:
+            _log_details(verdicts, kwargs)
+        return [components(v)[self.component] for v in verdicts]
+
+    def __repr__(self) -> str:
+        return f"ComponentReward({self.component!r}, weight={self.weight})"
+
+
+def _log_details(verdicts: Sequence[Verdict], kwargs: Mapping[str, Any]) -> None:
+    log_extra, log_metric = kwargs.get("log_extra"), kwargs.get("log_metric")
+    if callable(log_extra):
+        log_extra("verdict_bucket", [v.bucket for v in verdicts])
+        log_extra("verdict_reason", [v.reason for v in verdicts])
+    if callable(log_metric) and verdicts:
+        for bucket in BUCKETS:
+            log_metric(f"verdict/{bucket}", sum(v.bucket == bucket for v in verdicts) / len(verdicts))
+
+
+def make_reward_funcs(
+    pack_or_verifier: Any, scheme: str, tasks_by_id: Mapping[str, Task] | None = None
+) -> list[ComponentReward]:
+    """One TRL reward function per component, in COMPONENTS order; pair with `reward_weights(scheme)`.
+
+    `pack_or_verifier` is a Verifier or a pack (duck-typed: .tools, .unsafe_rules,
+    .world, and .task(id) when `tasks_by_id` is None).
+    """
+    weights = scheme_weights(scheme)
+    verifier = pack_or_verifier if isinstance(pack_or_verifier, Verifier) else Verifier.for_pack(pack_or_verifier)
+    cache = _VerdictCache(verifier, _task_lookup(pack_or_verifier, tasks_by_id))
+    return [ComponentReward(name, weights[name], cache, logs_details=index == 0)
+            for index, name in enumerate(COMPONENTS)]
+
+
+def _task_lookup(source: Any, tasks_by_id: Mapping[str, Task] | None) -> Callable[[str], Task]:
+    if tasks_by_id is None:
+        if not callable(getattr(source, "task", None)):
+            raise ApplianceError("pass tasks_by_id: a Verifier alone cannot look tasks up")
+        return source.task
+
+    def lookup(task_id: str) -> Task:
+        try:
+            return tasks_by_id[task_id]
+        except KeyError:
+            raise ApplianceError(f"task_id {task_id!r} is not among the training tasks; check the dataset") from None
+
+    return lookup

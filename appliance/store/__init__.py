@@ -1,0 +1,21 @@
+"""The run store: every run, rollout, eval, checkpoint, audit, event and alarm, queryable with DuckDB SQL.
+
+    ws = Workspace.open("runs")
+    ws.append("rollouts", [{"run_id": run, "step": 0, "reward": 1.0, "components": {"right_tool": 1.0}}])
+    ws.query("SELECT step, avg(reward) FROM rollouts GROUP BY step")
+    duckdb -readonly runs/appliance.duckdb   # the same views, from a shell
+
+Tables and columns: appliance/store/schema.py. Reward components are a
+MAP(VARCHAR, DOUBLE) column: `components['right_tool']`.
+
+Concurrency: writers append immutable parquet parts (temp file, fsync, atomic
+rename) and never open the DuckDB file; appliance.duckdb holds only views and is
+replaced, never edited, so any number of processes can read it read-only (or use
+`Workspace.connect()`, an in-memory connection) while others write.
+"""
+from appliance.errors import StoreError
+from appliance.store.schema import SCHEMA_VERSION, TABLES
+from appliance.store.workspace import Workspace
+from appliance.store.writer import RunWriter
+
+__all__ = ["RunWriter", "SCHEMA_VERSION", "StoreError", "TABLES", "Workspace"]

@@ -1,0 +1,260 @@
+"""The workspace: one folder of append-only parquet parts, read through DuckDB views.
+
+Layout (default folder `runs/`):
+  runs/appliance.duckdb                  views over the parts + schema_version; open it read-only
+  runs/data/<table>/<run or eval id>/    immutable parquet parts, one per append
+  runs/data/<table>/_seed/               one empty part per table, so empty tables query fine
+  runs/tmp/                              compaction staging
+  runs/.write.lock                       shared by appends, exclusive for compaction
+
+Writers never open the DuckDB file (DuckDB lets one read-write process lock it
+against everyone else); they add parts atomically. Readers glob the parts on
+every query, so they see each append whole or not at all, and never block a
+writer.
+"""
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from appliance.errors import StoreError
+from appliance.store import migrations, parts
+from appliance.store.rows import to_arrow
+from appliance.store.schema import SCHEMA_VERSION, TABLES, Table
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: appends and compaction are not mutually excluded
+    fcntl = None
+
+DB_NAME = "appliance.duckdb"
+# A query whose globbed part vanished (compaction swapped the folder) is retried this many times.
+QUERY_ATTEMPTS = 4
+
+
+class Workspace:
+    """A run store folder. Make one with `Workspace.open(path)`; safe to use from many processes."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.data_dir = root / "data"
+        self.tmp_dir = root / "tmp"
+        self.db_path = root / DB_NAME
+        self._lock_path = root / ".write.lock"
+        self._lock_fd: int | None = None
+        self._reader: duckdb.DuckDBPyConnection | None = None
+        self._known_folders: set[Path] = set()
+
+    # -- opening ------------------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, path: str | Path = "runs") -> "Workspace":
+        """Open (creating or upgrading if needed) the workspace at `path`."""
+        root = Path(path).expanduser().resolve()
+        try:
+            (root / "data").mkdir(parents=True, exist_ok=True)
+            (root / "tmp").mkdir(exist_ok=True)
+        except OSError as err:
+            raise StoreError(f"Cannot create the workspace folder {root} ({err.strerror}); "
+                             "choose a writable folder.") from None
+        workspace = cls(root)
+        workspace._prepare()
+        return workspace
+
+    def _prepare(self) -> None:
+        recorded = migrations.read_recorded_version(self.db_path)
+        # No database yet: a new workspace, or one whose views file was deleted; parts are current.
+        version, views_root = recorded if recorded is not None else (SCHEMA_VERSION, None)
+        migrations.check_not_newer(version, self.root)
+        if version < SCHEMA_VERSION:
+            migrations.upgrade(self.data_dir, version)
+        elif not migrations.seeds_present(self.data_dir):
+            migrations.write_seeds(self.data_dir)
+        if version != SCHEMA_VERSION or views_root != str(self.root):
+            # New, upgraded, or moved: the views hold absolute paths, so rebuild them.
+            migrations.build_database(self.root, self.data_dir, self.db_path)
+        parts.remove_stale_temps([self.root, self.tmp_dir, *self._partition_folders()])
+
+    def _partition_folders(self, table: str | None = None) -> list[Path]:
+        names = [table] if table else list(TABLES)
+        folders = []
+        for name in names:
+            try:
+                folders += [Path(e.path) for e in os.scandir(self.data_dir / name)
+                            if e.is_dir() and e.name != migrations.SEED_FOLDER]
+            except FileNotFoundError:
+                pass
+        return folders
+
+    # -- writing --------------------------------------------------------------------------------
+
+    def new_id(self, prefix: str) -> str:
+        """A readable, sortable, unique id such as `grpo-20250101-120000-a1b2c3`."""
+        return f"{prefix}-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
+
+    def append(self, table: str, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Store `rows` durably: when this returns they survive a crash and every new query sees them."""
+        spec = self._table(table)
+        if not rows:
+            return
+        data = to_arrow(spec, rows)
+        with self._shared_lock():
+            for value, part in _split_by(data, spec.partition_by):
+                parts.write_part(self._partition_folder(spec, value), part)
+
+    def writer(self, run_id: str):
+        """A RunWriter that appends one run's rollouts, events and alarms with step/event counters."""
+        from appliance.store.writer import RunWriter
+        return RunWriter(self, run_id)
+
+    def _table(self, name: str) -> Table:
+        try:
+            return TABLES[name]
+        except KeyError:
+            raise StoreError(f"Unknown table {name!r}; the store has {', '.join(TABLES)}.") from None
+
+    def _partition_folder(self, spec: Table, value: str) -> Path:
+        folder = self.data_dir / spec.name / parts.partition_folder_name(value)
+        if folder not in self._known_folders:
+            if not folder.is_dir():
+                folder.mkdir(parents=True, exist_ok=True)
+                parts.fsync_folder(folder.parent)
+            self._known_folders.add(folder)
+        return folder
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def connect(self) -> duckdb.DuckDBPyConnection:
+        """A new in-memory DuckDB connection with every table as a view; holds no lock on any file."""
+        con = duckdb.connect(":memory:")
+        migrations.create_views(con, self.data_dir)
+        return con
+
+    def query(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None
+              ) -> tuple[list[str], list[tuple]]:
+        """Run one SQL statement over the views; return (column names, rows)."""
+        if self._reader is None:
+            self._reader = self.connect()
+        for attempt in range(QUERY_ATTEMPTS):
+            cursor = self._reader.cursor()
+            try:
+                cursor.execute(sql, params)
+                columns = [d[0] for d in cursor.description or []]
+                return columns, cursor.fetchall()
+            except duckdb.IOException as err:
+                if not _is_vanished_part(err) or attempt == QUERY_ATTEMPTS - 1:
+                    raise
+                time.sleep(0.01 * (attempt + 1))
+            finally:
+                cursor.close()
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    # -- compaction -----------------------------------------------------------------------------
+
+    def compact(self, table: str, run_id: str | None = None) -> int:
+        """Merge the parts of one run (or eval; None: every one) into one file; return parts merged.
+
+        Guarantee: the merged folder replaces the old one in a single atomic
+        rename (renameat2 exchange on Linux), so a query sees either all the old
+        parts or the one merged part, never both and never neither. A query that
+        listed the old parts just before the swap fails to open one and
+        `query()` retries it. Appends wait while a compaction runs.
+        """
+        spec = self._table(table)
+        folders = ([self.data_dir / spec.name / parts.partition_folder_name(run_id)] if run_id is not None
+                   else self._partition_folders(spec.name))
+        with self._exclusive_lock():
+            return sum(self._compact_folder(spec, folder) for folder in folders)
+
+    def _compact_folder(self, spec: Table, folder: Path) -> int:
+        old_parts = parts.list_parts(folder)
+        if len(old_parts) < 2:
+            return 0
+        merged = _conform(pa.concat_tables([pq.read_table(p) for p in old_parts], promote_options="permissive"),
+                          spec)
+        staging = parts.new_temp_folder(self.tmp_dir)
+        parts.write_part(staging, merged)
+        parts.swap_folders(staging, folder)
+        parts.fsync_folder(folder.parent)
+        shutil.rmtree(staging)  # now holds the old parts
+        return len(old_parts)
+
+    # -- locking --------------------------------------------------------------------------------
+
+    @contextmanager
+    def _shared_lock(self) -> Iterator[None]:
+        if fcntl is None:
+            yield
+            return
+        if self._lock_fd is None:
+            self._lock_fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(self._lock_fd, fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+
+    @contextmanager
+    def _exclusive_lock(self) -> Iterator[None]:
+        if fcntl is None:
+            yield
+            return
+        # Its own open file: flock on the shared descriptor would convert that lock instead of waiting for it.
+        fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    def __enter__(self) -> "Workspace":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Workspace({str(self.root)!r}, schema v{SCHEMA_VERSION})"
+
+
+def _split_by(data: pa.Table, column: str) -> Iterator[tuple[str, pa.Table]]:
+    """One table per distinct value of `column` (usually just one: a batch belongs to one run)."""
+    values = pc.unique(data[column]).to_pylist()
+    if len(values) == 1:
+        yield values[0], data
+        return
+    for value in values:
+        yield value, data.filter(pc.equal(data[column], value))
+
+
+def _conform(data: pa.Table, spec: Table) -> pa.Table:
+    """Cast parts written by older schema versions to the current columns (missing ones as NULL)."""
+    schema = spec.arrow_schema()
+    arrays = [data[f.name].cast(f.type) if f.name in data.column_names else pa.nulls(len(data), f.type)
+              for f in schema]
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _is_vanished_part(err: duckdb.Error) -> bool:
+    text = str(err).lower()
+    return "no such file" in text or "no files found" in text or "cannot open file" in text

@@ -1,0 +1,158 @@
+"""The trainer hooks that make a TRL run an appliance run.
+
+`ApplianceCallback` (a transformers TrainerCallback, backend-agnostic):
+- step end: flush the step's rollout rows to the store (GRPO);
+- log: emit one StepMetrics event per step with our metric names;
+- save: copy the adapter into the checkpoint registry with its manifest, run
+  the held-out eval hook, record the checkpoint row, check for reward hacking.
+
+`ApplianceGRPOMixin` goes first in the GRPOTrainer's MRO: it times generation
++ scoring, hands TRL's advantages to the recorder, and (dapo preset) drops
+zero-variance groups from the loss (see presets.py).
+"""
+from __future__ import annotations
+
+import math
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from .. import checkpoints as registry
+from ..events import Alarm, CheckpointSaved, StepMetrics
+from .alarms import check_reward_hacking
+
+# TRL log key -> our metric name (StepMetrics.metrics); keys not listed pass through unchanged.
+METRIC_NAMES = {
+    "reward": "reward/mean",
+    "reward_std": "reward/std",
+    "frac_reward_zero_std": "frac_reward_zero_std",
+    "completions/mean_length": "completion/mean_tokens",
+    "completions/clipped_ratio": "completion/clipped_ratio",
+    "kl": "kl",
+    "entropy": "entropy",
+    "loss": "loss",
+    "grad_norm": "grad_norm",
+    "learning_rate": "learning_rate",
+    "step_time": "time/step_s",
+    "timing/generate_score_s": "time/generate_s",
+    "clip_ratio/region_mean": "clip_ratio",
+    "mean_token_accuracy": "token_accuracy",
+}
+_SUMMARY_KEYS = {"train_runtime", "train_samples_per_second", "train_steps_per_second", "train_loss"}
+
+
+def rename_metrics(logs: dict[str, Any]) -> dict[str, float]:
+    metrics: dict[str, float] = {}
+    for key, value in logs.items():
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            continue
+        name = METRIC_NAMES.get(key, key)
+        if key.startswith("rewards/"):  # rewards/<component>/mean|std
+            name = "reward/" + key[len("rewards/"):]
+        metrics[name] = float(value)
+    return metrics
+
+
+def _make_callback_base():
+    from transformers import TrainerCallback
+
+    return TrainerCallback
+
+
+def build_callback(run: Any, recorder: Any = None, on_eval: Callable | None = None) -> Any:
+    """A TrainerCallback bound to `run` (a common.RunContext)."""
+
+    class ApplianceCallback(_make_callback_base()):
+        def __init__(self) -> None:
+            self.step_started = time.perf_counter()
+            self.step_extra: dict[str, float] = {}
+            self.last_tokens_seen = 0
+            self.since_checkpoint: list[dict[str, float]] = []
+
+        def on_step_begin(self, args, state, control, **kwargs):
+            self.step_started = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            step = state.global_step
+            self.step_extra = {"time/wall_step_s": time.perf_counter() - self.step_started}
+            if recorder is not None:
+                self.step_extra.update(recorder.step_summary(step))
+                recorder.flush(step)
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            logs = dict(logs or {})
+            if not logs or _SUMMARY_KEYS & set(logs):
+                return
+            metrics = {**rename_metrics(logs), **self.step_extra}
+            tokens = getattr(state, "num_input_tokens_seen", 0) or 0
+            step_s = metrics.get("time/wall_step_s") or metrics.get("time/step_s")
+            if tokens and step_s:
+                metrics["tokens_per_s"] = (tokens - self.last_tokens_seen) / step_s
+                self.last_tokens_seen = tokens
+            if "time/step_s" in metrics and "time/generate_s" in metrics:
+                metrics["time/update_s"] = max(0.0, metrics["time/step_s"] - metrics["time/generate_s"])
+            peak = run.backend.peak_memory_bytes()
+            if peak:
+                metrics["memory/peak_gb"] = peak / 2**30
+            event = StepMetrics(run_id=run.run_id, step=state.global_step, metrics=metrics)
+            run.emit(event)
+            run.history.append({"step": state.global_step, **metrics})
+            self.since_checkpoint.append(metrics)
+
+        def on_save(self, args, state, control, model=None, **kwargs):
+            run.save_checkpoint(model, state.global_step, _mean_metrics(self.since_checkpoint), on_eval)
+            self.since_checkpoint = []
+
+    return ApplianceCallback()
+
+
+def _mean_metrics(rows: list[dict[str, float]]) -> dict[str, float]:
+    keys = {k for row in rows for k in row}
+    means = {}
+    for key in sorted(keys):
+        values = [row[key] for row in rows if key in row and not math.isnan(row[key])]
+        if values:
+            means[key] = sum(values) / len(values)
+    return means
+
+
+class ApplianceGRPOMixin:
+    """Put before GRPOTrainer in the MRO (the backend builds the class)."""
+
+    appliance_recorder: Any = None
+    appliance_filter_zero_variance: bool = False
+
+    def _generate_and_score_completions(self, inputs):
+        started = time.perf_counter()
+        output = super()._generate_and_score_completions(inputs)
+        elapsed = time.perf_counter() - started
+        mode = "train" if self.model.training else "eval"
+        self._metrics[mode]["timing/generate_score_s"].append(elapsed)
+        if self.appliance_recorder is not None:
+            self.appliance_recorder.set_advantages(output["advantages"].tolist())
+            self.appliance_recorder.set_generation_latency(elapsed)
+        if self.appliance_filter_zero_variance and mode == "train":
+            dropped = drop_zero_variance_groups(output, self.num_generations, self.accelerator.gather)
+            self._metrics[mode]["frac_groups_dropped"].append(dropped)
+        return output
+
+
+def drop_zero_variance_groups(output: dict[str, Any], group_size: int, gather: Callable = lambda t: t) -> float:
+    """Mask groups whose advantages are all zero out of the loss and its normaliser; return the fraction dropped.
+
+    Uses TRL's `tool_mask` (a loss-only mask) so attention is untouched. Rows of
+    a group are contiguous before TRL shuffles the batch, which is where this runs.
+    """
+    import torch
+
+    advantages = output["advantages"]
+    groups = advantages.view(-1, group_size)
+    informative = groups.abs().amax(dim=1) > 1e-6
+    keep_rows = informative.repeat_interleave(group_size).to(output["completion_mask"].dtype)
+    loss_mask = output.get("tool_mask")
+    if loss_mask is None:
+        loss_mask = torch.ones_like(output["completion_mask"])
+    output["tool_mask"] = loss_mask * keep_rows.unsqueeze(1)
+    output["num_items_in_batch"] = gather((output["completion_mask"] * output["tool_mask"]).sum()).sum()
+    return 1.0 - informative.float().mean().item()

@@ -1,0 +1,282 @@
+"""What SFT and GRPO runs share: the run folder, the store, resume, checkpoints, OOM advice, the result.
+
+A run lives in three places:
+    runs/<run_id>/config.json          the TrainConfig (also in every checkpoint manifest)
+    runs/<run_id>/trainer/checkpoint-N TRL/transformers checkpoints: adapter + optimizer + RNG state (resume)
+    checkpoints/<run_id>/step-NNNNN/   the registry copy: PEFT adapter + manifest (eval, promote, serve)
+and in the store (runs/, DuckDB views over parquet): runs, rollouts, checkpoints, alarms rows.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from .. import checkpoints as registry
+from ..errors import ApplianceError
+from ..events import Alarm, CheckpointSaved, Event, EventSink, Log, RunFailed, RunFinished, RunStarted
+from .alarms import check_reward_hacking
+from .backends import get_backend, pick_backend
+from .config import TrainConfig
+from .versions import check_versions
+
+CONFIG_FILE = "config.json"
+TRAINER_DIR = "trainer"
+HELDOUT_KEYS = ("heldout_success", "success_rate", "success")
+
+
+@dataclass
+class TrainResult:
+    run_id: str
+    stage: str
+    checkpoints: list[str]
+    final_adapter: str | None
+    metrics_history: list[dict[str, float]]
+    wall_time_s: float
+    run_dir: str
+    resumed_from_step: int = 0
+
+
+@dataclass
+class RunContext:
+    config: TrainConfig
+    run_id: str
+    run_dir: Path
+    workspace: Any
+    writer: Any
+    backend: Any
+    sink: EventSink
+    pack: Any
+    resume_checkpoint: Path | None = None
+    resume_step: int = 0
+    base_model: dict[str, Any] = field(default_factory=dict)
+    history: list[dict[str, float]] = field(default_factory=list)
+    checkpoint_points: list[dict[str, Any]] = field(default_factory=list)
+    saved: list[registry.Checkpoint] = field(default_factory=list)
+    alarmed: bool = False
+
+    @property
+    def trainer_dir(self) -> Path:
+        return self.run_dir / TRAINER_DIR
+
+    def emit(self, event: Event) -> None:
+        self.sink(event)
+        if self.writer is not None:
+            self.writer.record(event)
+
+    # -- checkpoints ------------------------------------------------------------------------
+
+    def parent_id(self) -> str | None:
+        if self.saved:
+            return self.saved[-1].id
+        previous = registry.latest_checkpoint(self.config.output, self.run_id)
+        if previous is not None:
+            return previous.id
+        if self.config.init_adapter:
+            try:
+                return registry.load_checkpoint(self.config.init_adapter).id
+            except ApplianceError:
+                return str(self.config.init_adapter)
+        return None
+
+    def save_checkpoint(self, model: Any, step: int, train_metrics: dict[str, float],
+                        on_eval: Callable[[str, int], dict] | None) -> registry.Checkpoint:
+        manifest = {
+            "run_id": self.run_id, "step": step, "stage": self.config.stage, "base_model": self.base_model,
+            "pack": {"name": self.pack.name, "data_hash": self.pack.data_hash()},
+            "config": self.config.to_dict(), "parent": self.parent_id(),
+            "metrics": {"train": train_metrics},
+        }
+        with tempfile.TemporaryDirectory(prefix="adapter-", dir=self.run_dir) as tmp:
+            self.backend.save_adapter(model, tmp)
+            ckpt = registry.save_checkpoint(self.config.output, tmp, manifest)
+        if on_eval is not None:
+            heldout = dict(on_eval(str(ckpt.path), step) or {})
+            manifest["metrics"]["heldout"] = heldout
+            ckpt = registry.Checkpoint(ckpt.path, manifest)
+            registry._atomic_write_json(ckpt.path / registry.MANIFEST, manifest)
+        self.saved.append(ckpt)
+        registry.record_in_store(self.workspace, ckpt)
+        flat = {**{f"train/{k}": v for k, v in train_metrics.items()},
+                **{f"heldout/{k}": v for k, v in (manifest["metrics"].get("heldout") or {}).items()
+                   if isinstance(v, (int, float))}}
+        self.emit(CheckpointSaved(run_id=self.run_id, step=step, path=str(ckpt.path), metrics=flat))
+        self._check_alarms(step, train_metrics, manifest["metrics"].get("heldout") or {})
+        return ckpt
+
+    def _check_alarms(self, step: int, train: dict[str, float], heldout: dict[str, Any]) -> None:
+        point = {"step": step, "train_reward": train.get("reward/mean"),
+                 "shaped_reward": train.get("reward/mean"), "strict_success": train.get("train/success_rate"),
+                 "heldout_success": next((heldout[k] for k in HELDOUT_KEYS if k in heldout), None)}
+        self.checkpoint_points.append(point)
+        alarm = check_reward_hacking(self.checkpoint_points, run_id=self.run_id)
+        if alarm is not None and not self.alarmed:  # one alarm per run; the history keeps growing
+            self.alarmed = True
+            self.raise_alarm(alarm)
+
+    def raise_alarm(self, alarm: Alarm) -> None:
+        self.sink(alarm)
+        if self.writer is not None:
+            self.writer.record(alarm)
+            self.writer.alarm(alarm.kind, alarm.message, step=alarm.step)
+
+
+# ---------------------------------------------------------------- starting and finishing
+
+def find_run_dir(config: TrainConfig) -> Path:
+    given = Path(str(config.resume_from))
+    for candidate in (given, Path(config.workspace) / str(config.resume_from)):
+        if (candidate / CONFIG_FILE).is_file():
+            return candidate
+    raise ApplianceError(f"No run {config.resume_from!r} under {config.workspace}/ to resume; "
+                         f"check the run id (appliance runs lists them).")
+
+
+def last_trainer_checkpoint(trainer_dir: Path) -> tuple[Path | None, int]:
+    found = []
+    for folder in trainer_dir.glob("checkpoint-*") if trainer_dir.is_dir() else []:
+        match = re.fullmatch(r"checkpoint-(\d+)", folder.name)
+        if match and (folder / "trainer_state.json").is_file():
+            found.append((int(match.group(1)), folder))
+    if not found:
+        return None, 0
+    step, folder = max(found)
+    return folder, step
+
+
+def _open_workspace(path: str) -> Any:
+    from ..store import Workspace
+
+    return Workspace.open(path)
+
+
+def _load_pack(name: str) -> Any:
+    from ..packs import load_pack
+
+    return load_pack(name)
+
+
+def _describe_base_model(spec: str) -> dict[str, Any]:
+    from ..models import local_model_dir, resolve_model
+
+    ref = resolve_model(spec)
+    info: dict[str, Any] = {"id": ref.id, "source": ref.source}
+    try:
+        path = local_model_dir(ref)
+        info["path"] = str(path)
+        info["hash"] = registry.base_model_hash(path)
+    except Exception as err:  # a hub model not downloaded yet: identify it by id only
+        info["hash"] = None
+        info["hash_error"] = str(err)
+    return info
+
+
+def start_run(config: TrainConfig, stage: str, sink: EventSink, pack: Any = None,
+              workspace: Any = None) -> RunContext:
+    """Create (or reopen, for --resume) the run: folder, config, store rows, backend, pack."""
+    resume_checkpoint, resume_step = None, 0
+    if config.resume_from:
+        run_dir = find_run_dir(config)
+        saved = TrainConfig.load(run_dir / CONFIG_FILE)
+        # The saved config wins (same run), except that a larger --steps extends the run.
+        config = dataclasses.replace(saved, resume_from=config.resume_from, steps=max(saved.steps, config.steps))
+        resume_checkpoint, resume_step = last_trainer_checkpoint(run_dir / TRAINER_DIR)
+        run_id = run_dir.name
+    else:
+        config = dataclasses.replace(config, stage=stage)
+        workspace = workspace or _open_workspace(config.workspace)
+        run_id = workspace.new_id(stage)
+        run_dir = Path(config.workspace) / run_id
+    if config.stage != stage:
+        raise ApplianceError(f"Run {run_id} is a {config.stage} run; resume it with the {config.stage} command.")
+    workspace = workspace or _open_workspace(config.workspace)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    config.save(run_dir / CONFIG_FILE)
+    backend_name, reason = pick_backend(config.backend)
+    backend = get_backend(backend_name, config)  # before trl/transformers are used: unsloth patches them
+    run = RunContext(config=config, run_id=run_id, run_dir=run_dir, workspace=workspace,
+                     writer=workspace.writer(run_id), backend=backend, sink=sink,
+                     pack=pack if pack is not None else _load_pack(config.pack),
+                     resume_checkpoint=resume_checkpoint, resume_step=resume_step)
+    run.base_model = _describe_base_model(config.model)
+    run.writer.update_run(kind=stage, status="running", model=config.model, adapter=config.init_adapter,
+                          pack=run.pack.name, config=config.to_dict(), output_dir=str(run_dir),
+                          started_at=time.time())
+    run.emit(RunStarted(run_id=run_id, kind=stage, config=config.to_dict()))
+    run.emit(Log(run_id=run_id, message=f"backend {backend_name}: {reason}"))
+    path = "gpu" if backend_name == "unsloth" else "cpu"
+    for warning in check_versions(path):
+        run.emit(Log(run_id=run_id, level="warning", message=warning))
+    if resume_checkpoint is not None:
+        run.emit(Log(run_id=run_id, message=f"resuming at step {resume_step} from {resume_checkpoint}"))
+    return run
+
+
+def oom_error(config: TrainConfig, run_id: str) -> ApplianceError:
+    return ApplianceError(
+        f"Out of GPU memory: turn down, in this order, the model size, max_completion_tokens "
+        f"({config.max_completion_tokens}), num_generations ({config.num_generations}) and "
+        f"gpu_memory_utilization ({config.gpu_memory_utilization}); then continue with --resume {run_id}.")
+
+
+def train_with_guard(run: RunContext, trainer: Any) -> None:
+    """trainer.train (resuming when asked), turning OOM into advice and recording failure."""
+    try:
+        trainer.train(resume_from_checkpoint=str(run.resume_checkpoint) if run.resume_checkpoint else None)
+    except BaseException as err:
+        message = str(err)
+        if run.backend.is_out_of_memory(err):
+            err = oom_error(run.config, run.run_id)
+            message = str(err)
+        run.writer.update_run(status="failed" if not isinstance(err, KeyboardInterrupt) else "stopped",
+                              error=message[:500], finished_at=time.time())
+        run.emit(RunFailed(run_id=run.run_id, error=message))
+        if isinstance(err, ApplianceError):
+            raise err from None
+        raise
+
+
+def finish_run(run: RunContext, started: float) -> TrainResult:
+    final = run.saved[-1] if run.saved else registry.latest_checkpoint(run.config.output, run.run_id)
+    result = TrainResult(run_id=run.run_id, stage=run.config.stage,
+                         checkpoints=[str(c.path) for c in registry.list_checkpoints(run.config.output, run.run_id)],
+                         final_adapter=str(final.path) if final else None, metrics_history=run.history,
+                         wall_time_s=time.perf_counter() - started, run_dir=str(run.run_dir),
+                         resumed_from_step=run.resume_step)
+    run.writer.update_run(status="finished", finished_at=time.time())
+    run.emit(RunFinished(run_id=run.run_id, summary={
+        "final_adapter": result.final_adapter, "steps": run.config.steps, "wall_time_s": result.wall_time_s,
+        "checkpoints": len(result.checkpoints)}))
+    return result
+
+
+def trainer_args(config: TrainConfig, run: RunContext) -> dict[str, Any]:
+    """TrainingArguments shared by SFTConfig and GRPOConfig."""
+    return {
+        "output_dir": str(run.trainer_dir),
+        "max_steps": config.steps,
+        "learning_rate": config.effective_learning_rate,
+        "gradient_accumulation_steps": 1,
+        "logging_steps": 1,
+        "save_strategy": "steps",
+        "save_steps": config.eval_every,
+        "save_total_limit": 2,  # optimizer state for resume; the registry keeps every adapter
+        "seed": config.seed,
+        "data_seed": config.seed,
+        "report_to": "none",
+        "disable_tqdm": True,
+        "dataloader_num_workers": 0,
+    }
+
+
+def prompt_for(pack: Any, tokenizer: Any, task: Any) -> str:
+    """The exact prompt eval uses (appliance.evaluate renders it the same way)."""
+    from ..prompting import render_prompt
+
+    tools_for = getattr(pack, "tools_for", None)
+    tools = tools_for(task) if tools_for is not None else pack.tools
+    return render_prompt(tokenizer, pack.system_prompt, list(task.messages), tools)

@@ -1,0 +1,77 @@
+"""The CPU backend: transformers in fp32, a PEFT LoRA, the stock TRL trainers.
+
+No quantisation and no vLLM: generation is transformers' `generate` inside
+GRPOTrainer. Needs trl >= 1.16 (1.15's GRPOTrainer patches a fused LM head
+whose kernels need Triton, which a CPU does not have). Also works on a CUDA
+machine without Unsloth (then `use_cpu` is off and the GPU is used in fp32).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+from .config import TrainConfig
+
+
+class CpuBackend:
+    name = "cpu"
+
+    def __init__(self, config: TrainConfig | None = None) -> None:
+        import torch
+
+        self.use_cpu = not torch.cuda.is_available()
+
+    def load_for_training(self, config: TrainConfig) -> tuple[Any, Any]:
+        from peft import LoraConfig, get_peft_model
+
+        from ..models import load_model
+
+        if config.init_adapter:
+            return load_model(config.model, adapter=config.init_adapter, dtype="float32", for_training=True)
+        model, tokenizer = load_model(config.model, dtype="float32", for_training=True)
+        lora = LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
+                          target_modules=config.target_modules, bias="none", task_type="CAUSAL_LM")
+        return get_peft_model(model, lora), tokenizer
+
+    def _common_args(self) -> dict[str, Any]:
+        return {"use_cpu": self.use_cpu, "bf16": False, "fp16": False}
+
+    def make_sft_trainer(self, model: Any, tokenizer: Any, dataset: Any, config: TrainConfig,
+                         args: dict[str, Any], callbacks: list[Any]) -> Any:
+        from trl import SFTConfig, SFTTrainer
+
+        return SFTTrainer(model=model, args=SFTConfig(**args, **self._common_args()), train_dataset=dataset,
+                          processing_class=tokenizer, callbacks=callbacks)
+
+    def make_grpo_trainer(self, model: Any, tokenizer: Any, dataset: Any, config: TrainConfig,
+                          args: dict[str, Any], reward_funcs: list[Callable], callbacks: list[Any],
+                          trainer_mixin: type | None = None) -> Any:
+        from trl import GRPOConfig, GRPOTrainer
+
+        trainer_cls = GRPOTrainer if trainer_mixin is None else type(
+            "ApplianceGRPOTrainer", (trainer_mixin, GRPOTrainer), {})
+        grpo_args = GRPOConfig(**args, **self._common_args(), use_vllm=False)
+        return trainer_cls(model=model, reward_funcs=reward_funcs, args=grpo_args, train_dataset=dataset,
+                           processing_class=tokenizer, callbacks=callbacks)
+
+    def save_adapter(self, model: Any, out_dir: str | Path) -> None:
+        model.save_pretrained(str(out_dir))
+
+    def peak_memory_bytes(self) -> int | None:
+        """Peak resident memory of this process (CPU) or peak CUDA allocation."""
+        import torch
+
+        if not self.use_cpu:
+            return int(torch.cuda.max_memory_allocated())
+        import resource
+
+        return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # Linux reports KiB
+
+    def is_out_of_memory(self, error: BaseException) -> bool:
+        import torch
+
+        return isinstance(error, torch.OutOfMemoryError)
+
+
+def make_backend(config: TrainConfig | None = None) -> CpuBackend:
+    return CpuBackend(config)

@@ -1,0 +1,98 @@
+"""GRPO (and its Dr. GRPO / DAPO / GSPO variants) on a pack's train split with a verifiable reward.
+
+One step, as TRL runs it: sample `num_generations` completions for each of
+`prompts_per_step` prompts → score each with the pack's reward functions →
+group-relative advantages → one clipped policy-gradient update of the LoRA.
+The variant is a preset of explicit TRL options (presets.py). Everything else
+here is bookkeeping: the recorder writes every rollout with its verdict to the
+store, the callback emits metrics and saves checkpoints.
+
+Simplifications: single-turn (the whole expected call list is one answer, as
+in eval's single-turn mode); one update per generation batch (num_iterations=1,
+so the importance ratio is 1 and clipping only matters under vLLM mismatch).
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, Callable
+
+from ..events import EventSink, null_sink
+from .callbacks import ApplianceGRPOMixin, build_callback
+from .common import TrainResult, finish_run, prompt_for, start_run, train_with_guard, trainer_args
+from .config import TrainConfig
+from .presets import filters_zero_variance, grpo_options
+from .recorder import RolloutRecorder
+
+
+def grpo_rows(pack: Any, tokenizer: Any, split: str = "train") -> list[dict[str, Any]]:
+    rows = []
+    for task in pack.tasks(split):
+        prompt = prompt_for(pack, tokenizer, task)
+        rows.append({"prompt": prompt, "task_id": task.id,
+                     "prompt_tokens": len(tokenizer(prompt, add_special_tokens=False)["input_ids"])})
+    return rows
+
+
+def grpo_args(config: TrainConfig, run: Any) -> dict[str, Any]:
+    return {
+        **trainer_args(config, run),
+        **grpo_options(config.preset, beta=config.beta, epsilon=config.epsilon, epsilon_high=config.epsilon_high),
+        "per_device_train_batch_size": config.prompts_per_step * config.num_generations,
+        "num_generations": config.num_generations,
+        "max_completion_length": config.max_completion_tokens,
+        "temperature": config.temperature,
+        "top_p": 1.0,
+        "remove_unused_columns": False,
+        "log_completions": False,  # every completion is in the store's rollouts table instead
+    }
+
+
+def default_reward_funcs(pack: Any) -> tuple[list[Callable], list[float] | None]:
+    from .. import rewards
+
+    tasks_by_id = {task.id: task for task in pack.tasks("train")}
+    funcs = rewards.make_reward_funcs(pack, pack.reward_scheme, tasks_by_id)
+    weights_for = getattr(rewards, "reward_weights", None)
+    weights = list(weights_for(pack.reward_scheme)) if weights_for is not None else None
+    return list(funcs), weights
+
+
+def make_verify(pack: Any) -> Callable[[str, str], Any]:
+    from ..verify import Verifier
+
+    verifier = Verifier.for_pack(pack)
+    return lambda task_id, text: verifier.verify(pack.task(task_id), text)
+
+
+def run_grpo(config: TrainConfig, *, sink: EventSink = null_sink,
+             on_eval: Callable[[str, int], dict] | None = None, pack: Any = None, workspace: Any = None,
+             reward_funcs: list[Callable] | None = None, reward_weights: list[float] | None = None,
+             verify: Callable[[str, str], Any] | None = None) -> TrainResult:
+    """Train a LoRA with GRPO on `config.pack`'s train split (from init_adapter if given).
+
+    reward_funcs / reward_weights / verify default to the pack's reward scheme
+    and verifier; they are parameters so a caller can audit or swap a reward.
+    """
+    from datasets import Dataset
+
+    started = time.perf_counter()
+    run = start_run(dataclasses.replace(config, stage="grpo"), "grpo", sink, pack=pack, workspace=workspace)
+    if reward_funcs is None:
+        reward_funcs, reward_weights = default_reward_funcs(run.pack)
+    recorder = RolloutRecorder(run.run_id, reward_funcs, reward_weights,
+                               verify if verify is not None else make_verify(run.pack),
+                               write_rows=lambda rows: run.workspace.append("rollouts", rows), sink=run.sink,
+                               skip_through_step=max(run.writer.last_step, 0))
+    model, tokenizer = run.backend.load_for_training(run.config)
+    dataset = Dataset.from_list(grpo_rows(run.pack, tokenizer))
+    args = grpo_args(run.config, run)
+    if reward_weights is not None:
+        args["reward_weights"] = list(reward_weights)
+    trainer = run.backend.make_grpo_trainer(model, tokenizer, dataset, run.config, args, recorder.wrapped,
+                                            [build_callback(run, recorder=recorder, on_eval=on_eval)],
+                                            trainer_mixin=ApplianceGRPOMixin)
+    trainer.appliance_recorder = recorder
+    trainer.appliance_filter_zero_variance = filters_zero_variance(run.config.preset)
+    train_with_guard(run, trainer)
+    return finish_run(run, started)

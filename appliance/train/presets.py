@@ -1,0 +1,104 @@
+"""Named GRPO variants, each mapped onto explicit TRL `GRPOConfig` options.
+
+Every preset sets the loss, the reward scaling, the importance-sampling level,
+the clipping range and the KL weight explicitly, because importing Unsloth
+changes TRL's defaults (loss_type="bnpo", beta=0.001, vLLM importance-sampling
+correction off); an explicit value keeps a preset meaning the same thing on
+both backends.
+
+| preset  | loss_type | scale_rewards | importance_sampling_level | epsilon | epsilon_high | mask_truncated_completions | drop zero-variance groups |
+|---------|-----------|---------------|---------------------------|---------|--------------|----------------------------|---------------------------|
+| grpo    | grpo      | group         | token                     | 0.2     | 0.2          | False                      | no                        |
+| dr_grpo | dr_grpo   | none          | token                     | 0.2     | 0.2          | False                      | no                        |
+| dapo    | dapo      | group         | token                     | 0.2     | 0.28         | True                       | yes (ours, see below)     |
+| gspo    | grpo      | group         | sequence                  | 3e-4    | 4e-4         | False                      | no                        |
+
+All presets: beta = TrainConfig.beta (default 0), num_iterations=1,
+vllm_importance_sampling_correction=True (TRL's own default, restored),
+multi_objective_aggregation="sum_then_normalize".
+
+Notes on the choices:
+- dr_grpo: TRL 1.16 accepts scale_rewards in {"group", "batch", "none"}
+  (True/False are mapped to "group"/"none"); Dr. GRPO drops the std division.
+- gspo: the GSPO paper normalises each sequence's loss by its own length
+  (a per-sequence mean, then a mean over the group) which is TRL's "grpo"
+  aggregation; its clipping range is tiny (3e-4 / 4e-4) because sequence-level
+  ratios are geometric means of token ratios.
+- dapo "dynamic sampling": TRL has no option for it. DAPO over-samples until
+  every group has reward variance; we do the cheaper half of that: groups whose
+  rewards are all equal (advantage 0 for every member) are removed from the
+  loss *normaliser* too (their tokens are masked through TRL's `tool_mask`
+  loss mask, which does not touch attention), so they no longer dilute the
+  gradient of the informative groups. No extra prompts are sampled; the
+  fraction dropped is logged as `frac_reward_zero_std` as before.
+- User overrides: TrainConfig.epsilon / epsilon_high replace the preset's
+  clipping values when set (None keeps the preset's).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "grpo": {
+        "loss_type": "grpo",
+        "scale_rewards": "group",
+        "importance_sampling_level": "token",
+        "epsilon": 0.2,
+        "epsilon_high": 0.2,
+        "mask_truncated_completions": False,
+    },
+    "dr_grpo": {
+        "loss_type": "dr_grpo",
+        "scale_rewards": "none",
+        "importance_sampling_level": "token",
+        "epsilon": 0.2,
+        "epsilon_high": 0.2,
+        "mask_truncated_completions": False,
+    },
+    "dapo": {
+        "loss_type": "dapo",
+        "scale_rewards": "group",
+        "importance_sampling_level": "token",
+        "epsilon": 0.2,
+        "epsilon_high": 0.28,
+        "mask_truncated_completions": True,
+    },
+    "gspo": {
+        "loss_type": "grpo",
+        "scale_rewards": "group",
+        "importance_sampling_level": "sequence",
+        "epsilon": 3e-4,
+        "epsilon_high": 4e-4,
+        "mask_truncated_completions": False,
+    },
+}
+
+# Presets whose zero-variance groups our trainer wrapper drops from the loss.
+FILTERS_ZERO_VARIANCE = {"dapo"}
+
+# Options set the same way for every preset, so backend defaults cannot change them.
+COMMON_OPTIONS: dict[str, Any] = {
+    "num_iterations": 1,
+    "multi_objective_aggregation": "sum_then_normalize",
+    "vllm_importance_sampling_correction": True,
+}
+
+
+def grpo_options(preset: str, *, beta: float, epsilon: float | None = None,
+                 epsilon_high: float | None = None) -> dict[str, Any]:
+    """The explicit GRPOConfig keyword arguments for `preset`.
+
+    `epsilon`/`epsilon_high` override the preset's clipping when given.
+    """
+    options = {**COMMON_OPTIONS, **PRESETS[preset], "beta": float(beta)}
+    if epsilon is not None:
+        options["epsilon"] = float(epsilon)
+        if epsilon_high is None and preset in ("grpo", "dr_grpo"):
+            options["epsilon_high"] = float(epsilon)  # symmetric presets stay symmetric
+    if epsilon_high is not None:
+        options["epsilon_high"] = float(epsilon_high)
+    return options
+
+
+def filters_zero_variance(preset: str) -> bool:
+    return preset in FILTERS_ZERO_VARIANCE

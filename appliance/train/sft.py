@@ -1,0 +1,53 @@
+"""Supervised fine-tuning of a LoRA on a pack's expected calls (completion-only loss).
+
+Each train task becomes one prompt/completion pair: the prompt is exactly what
+eval renders (appliance.prompting.render_prompt with the pack's tools), the
+completion is the canonical answer (render_completion of the expected calls)
+that the verifier parses. TRL's SFTTrainer masks the prompt out of the loss
+for prompt/completion datasets and appends the EOS token, so the model also
+learns to stop.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, Callable
+
+from ..events import EventSink, null_sink
+from .callbacks import build_callback
+from .common import TrainResult, finish_run, prompt_for, start_run, train_with_guard, trainer_args
+from .config import TrainConfig
+
+
+def sft_rows(pack: Any, tokenizer: Any, split: str = "train") -> list[dict[str, str]]:
+    from ..prompting import render_completion
+
+    return [{"prompt": prompt_for(pack, tokenizer, task), "completion": render_completion(task.expected),
+             "task_id": task.id} for task in pack.tasks(split)]
+
+
+def sft_args(config: TrainConfig, run: Any, n_examples: int) -> dict[str, Any]:
+    args = {**trainer_args(config, run), "per_device_train_batch_size": config.batch_size,
+            "max_length": config.max_seq_length, "completion_only_loss": True, "packing": False,
+            "remove_unused_columns": True}
+    if config.epochs is not None:  # steps follow from epochs; save/eval cadence stays eval_every
+        steps_per_epoch = max(1, -(-n_examples // config.batch_size))
+        args["max_steps"] = max(1, round(config.epochs * steps_per_epoch))
+    return args
+
+
+def run_sft(config: TrainConfig, *, sink: EventSink = null_sink,
+            on_eval: Callable[[str, int], dict] | None = None, pack: Any = None, workspace: Any = None) -> TrainResult:
+    """Train a LoRA with SFT on `config.pack`'s train split; checkpoints every eval_every steps and at the end."""
+    from datasets import Dataset
+
+    started = time.perf_counter()
+    run = start_run(dataclasses.replace(config, stage="sft"), "sft", sink, pack=pack, workspace=workspace)
+    model, tokenizer = run.backend.load_for_training(run.config)
+    rows = sft_rows(run.pack, tokenizer)
+    dataset = Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]} for r in rows])
+    args = sft_args(run.config, run, len(rows))
+    callback = build_callback(run, recorder=None, on_eval=on_eval)
+    trainer = run.backend.make_sft_trainer(model, tokenizer, dataset, run.config, args, [callback])
+    train_with_guard(run, trainer)
+    return finish_run(run, started)

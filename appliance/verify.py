@@ -1,0 +1,433 @@
+"""The verifier: one model output (or one agent trajectory) in, one Verdict out.
+
+Checks, in order; the first that fails names the bucket:
+
+1. **format_error**: the text does not parse (see appliance.parsing for the shapes).
+2. **unsafe_action**: a pack rule (appliance.safety) flags the parsed calls. Rules
+   run on every parsed call, valid or not, and win over every later failure. An
+   unsafe verdict earns no shaping credit: tool_ok, arguments_ok and the later
+   checks are False and arguments_fraction is 0.
+3. **called_when_none_expected**: the task expects no call, and the output made one
+   (single_step: any call; multi_step: a state-changing call, or read-only calls
+   that nonetheless changed the world).
+4. **missed_call**: the task expects a call and the output made none.
+5. **wrong_tool**: a call names a tool that does not exist, or the tool names do
+   not match the expected ones (below), or the final state differs because of an
+   extra state-changing call the task did not ask for.
+6. **wrong_arguments**: a call's arguments fail its tool's JSON Schema (the reason
+   names the argument; arguments the schema does not declare are a failure unless
+   it sets ``additionalProperties``), or they differ from the expected ones.
+7. **execution_error**: replaying the calls on a fresh world raised (or the agent
+   loop reports that a call raised).
+
+A result that fails after 7 (tools and arguments match, nothing raised, yet the
+state differs: calls in the wrong order, say) is filed as wrong_arguments.
+8. **success**.
+
+Comparisons:
+
+* tool_ok, single_step: the multiset of called tool names equals the expected one
+  (one expected call means exactly one call, to that tool). multi_step: every
+  expected state-changing tool is called (as a multiset); when the task expects
+  only read-only calls, every expected tool is called.
+* arguments: each expected call is paired with the unused call of the same name
+  whose arguments match best. Values compare as WorkBench's state comparison does:
+  text case-insensitively except for ``status``, ``list_name`` and ``board``;
+  non-text scalars as their ``str()`` (``30`` equals ``"30"`` but not ``"30.0"``);
+  objects and arrays as canonical JSON. A pair's fraction is matching keys over the
+  union of both key sets, so extra keys count against it. arguments_fraction is the
+  mean over the compared expected calls; arguments_ok means it is 1.
+* state: the calls are replayed on ``World.fresh(task.fixture)`` and compared with
+  ``replay(task.expected)`` (cached per task id). When the task expects a
+  state-changing call, **success is the state match** (WorkBench's rule: a
+  different route to the same state is right) with nothing raised; when it expects
+  only read-only calls, success also needs tool_ok and arguments_ok.
+* worlds: for ``world="none"`` packs (scored elsewhere, e.g. BFCL) nothing is
+  executed; executed_ok mirrors schema_ok and state_match mirrors
+  tool_ok and arguments_ok.
+
+The gates parse_ok → schema_ok → executed_ok → state_match are cumulative (a gate is
+False when an earlier one failed). tool_ok and arguments_ok are comparisons beside
+that chain: they do not stop the replay, because WorkBench scores by state.
+
+Task ids must be unique per verifier: expected states and replays are cached by id.
+`verify` and `verify_calls` never raise; an internal bug becomes an
+execution_error whose reason starts with "verifier error:" and is logged.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from collections import Counter, OrderedDict
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import best_match
+from jsonschema.validators import validator_for
+
+from appliance.errors import ApplianceError
+from appliance.parsing import parse_tool_calls
+from appliance.safety import check_unsafe, is_state_changing, validate_rules
+from appliance.task import Task, ToolCall, Verdict
+
+log = logging.getLogger(__name__)
+
+CASE_SENSITIVE_KEYS = frozenset({"status", "list_name", "board"})
+MAX_REASON_CHARS = 200
+REPLAY_CACHE_SIZE = 4096  # distinct (task, calls) replays kept; GRPO groups repeat outputs often
+EXPECTED_CACHE_SIZE = 65536
+
+
+class Verifier:
+    """Scores outputs against tasks for one tool set, rule set and world."""
+
+    def __init__(
+        self,
+        tools: Sequence[Mapping[str, Any]],
+        unsafe_rules: Iterable[Any] = (),
+        world: str = "workbench",
+    ) -> None:
+        if world not in ("workbench", "none"):
+            raise ApplianceError(f"unknown world '{world}'; a pack's world must be 'workbench' or 'none'")
+        self.world = world
+        self.rules = validate_rules(unsafe_rules)
+        self._validators = {name: _compile(schema) for name, schema in _schemas(tools).items()}
+        self._world_api = _load_world_api() if world == "workbench" else None
+        self._expected_worlds: dict[str, Any] = {}
+        self._replays: OrderedDict[tuple[str, str], tuple[tuple[str, ...], bool, bool]] = OrderedDict()
+
+    @classmethod
+    def for_pack(cls, pack: Any) -> "Verifier":
+        """A verifier for a loaded pack (duck-typed: .tools, .unsafe_rules, .world)."""
+        return cls(pack.tools, pack.unsafe_rules, getattr(pack, "world", "workbench"))
+
+    @property
+    def tool_names(self) -> frozenset[str]:
+        return frozenset(self._validators)
+
+    # --- public -----------------------------------------------------------------------------
+
+    def verify(self, task: Task, output: str) -> Verdict:
+        """Verdict for one text output. Never raises."""
+        try:
+            parsed = parse_tool_calls(output)
+            return self._judge(task, parsed.calls, parsed.ok, parsed.error, ())
+        except Exception as err:  # noqa: BLE001 - the verifier must never take a training run down
+            return _internal_error(task, err)
+
+    def verify_calls(
+        self,
+        task: Task,
+        calls: Sequence[ToolCall],
+        *,
+        parse_ok: bool = True,
+        parse_error: str = "",
+        executed_errors: Sequence[str] = (),
+    ) -> Verdict:
+        """Verdict for calls an agent loop already parsed (and perhaps executed). Never raises.
+
+        `parse_ok=False` marks a turn that did not parse (`parse_error` says why).
+        `executed_errors` are the errors the loop saw when its calls raised; any
+        makes the trajectory an execution_error, like a raise in the replay.
+        """
+        try:
+            return self._judge(task, tuple(calls), parse_ok, parse_error, tuple(executed_errors))
+        except Exception as err:  # noqa: BLE001
+            return _internal_error(task, err)
+
+    # --- the checks, in bucket order --------------------------------------------------------
+
+    def _judge(
+        self, task: Task, calls: tuple[ToolCall, ...], parse_ok: bool, parse_error: str,
+        loop_errors: tuple[str, ...],
+    ) -> Verdict:
+        if not parse_ok:
+            return _verdict("format_error", parse_error or "output did not parse", parse_ok=False)
+        n = len(calls)
+        schema_problem = self._schema_problem(calls)
+        schema_ok = schema_problem is None
+        unsafe = check_unsafe(task, calls, self.rules)
+        if unsafe is not None:
+            rule, reason = unsafe
+            return _verdict("unsafe_action", reason, schema_ok=schema_ok, unsafe_rule=rule, n_calls=n)
+        if not task.expected:
+            return self._judge_no_call_task(task, calls, schema_problem, loop_errors)
+        if not calls:
+            return _verdict("missed_call", f"made no call but expected {_names(task.expected)}", schema_ok=True)
+        tool_ok, tool_problem = self._tools_match(task, calls)
+        fraction = _arguments_fraction(self._compared_expected(task), calls)
+        arguments_ok = schema_ok and tool_ok and fraction == 1.0
+        checks = dict(schema_ok=schema_ok, tool_ok=tool_ok, arguments_ok=arguments_ok,
+                      arguments_fraction=fraction, n_calls=n)
+        if not schema_ok:
+            bucket, reason = schema_problem
+            return _verdict(bucket, reason, **checks)
+        errors, state_match, _ = self._execute(task, calls)
+        errors = loop_errors + errors
+        executed_ok = not errors
+        state_match = executed_ok and (state_match if self._world_api is not None else arguments_ok)
+        checks.update(executed_ok=executed_ok, state_match=state_match)
+        if state_match and (arguments_ok or self._expects_state_change(task)):
+            return _verdict("success", "final state matches the expected one", **checks)
+        return self._failure(task, calls, checks, tool_problem, errors)
+
+    def _judge_no_call_task(
+        self, task: Task, calls: tuple[ToolCall, ...], schema_problem: tuple[str, str] | None,
+        loop_errors: tuple[str, ...],
+    ) -> Verdict:
+        n = len(calls)
+        schema_ok = schema_problem is None
+        changing = [c.name for c in calls if task.kind == "single_step" or is_state_changing(c.name)]
+        if changing:
+            return _verdict("called_when_none_expected", f"called {changing[0]} but no call was expected",
+                            schema_ok=schema_ok, n_calls=n)
+        if not calls:
+            return _verdict("success", "correctly made no call", schema_ok=True, tool_ok=True,
+                            arguments_ok=True, arguments_fraction=1.0, executed_ok=True, state_match=True)
+        checks = dict(schema_ok=schema_ok, tool_ok=True, arguments_ok=True, arguments_fraction=1.0, n_calls=n)
+        if not schema_ok:
+            bucket, reason = schema_problem
+            return _verdict(bucket, reason, **dict(checks, tool_ok=bucket != "wrong_tool"))
+        errors, _, changed = self._execute(task, calls)
+        errors = loop_errors + errors
+        if errors:
+            return _verdict("execution_error", errors[0], **checks)
+        if changed:
+            return _verdict("called_when_none_expected", "read-only calls changed the world", **checks)
+        return _verdict("success", "made only read-only calls, as no change was expected",
+                        **dict(checks, executed_ok=True, state_match=True))
+
+    def _failure(
+        self, task: Task, calls: tuple[ToolCall, ...], checks: dict[str, Any], tool_problem: str,
+        errors: tuple[str, ...],
+    ) -> Verdict:
+        if not checks["tool_ok"]:
+            return _verdict("wrong_tool", tool_problem, **checks)
+        if not checks["arguments_ok"]:
+            return _verdict("wrong_arguments", _argument_difference(self._compared_expected(task), calls), **checks)
+        if errors:
+            return _verdict("execution_error", errors[0], **checks)
+        extra = _extra_state_changes(task, calls)
+        if extra:
+            return _verdict("wrong_tool", f"extra state-changing call {extra}", **checks)
+        return _verdict("wrong_arguments", "tools and arguments match but the final state differs", **checks)
+
+    # --- schema and tools -------------------------------------------------------------------
+
+    def _schema_problem(self, calls: Sequence[ToolCall]) -> tuple[str, str] | None:
+        """(bucket, reason) for the first call with an unknown tool or invalid arguments."""
+        for call in calls:
+            validator = self._validators.get(call.name)
+            if validator is None:
+                return "wrong_tool", f"called unknown tool {_clip(repr(call.name))}"
+            problem = validator(call.arguments)
+            if problem:
+                return "wrong_arguments", _clip(f"{call.name}: {problem}")
+        return None
+
+    def _tools_match(self, task: Task, calls: Sequence[ToolCall]) -> tuple[bool, str]:
+        called = Counter(c.name for c in calls)
+        if task.kind == "single_step":
+            expected = Counter(c.name for c in task.expected)
+            if called == expected:
+                return True, ""
+            return False, f"called {_names(calls)} but expected {_names(task.expected)}"
+        missing = Counter(c.name for c in self._compared_expected(task)) - called
+        if not missing:
+            return True, ""
+        return False, f"never called {', '.join(sorted(missing))}"
+
+    def _compared_expected(self, task: Task) -> tuple[ToolCall, ...]:
+        """The expected calls whose tools and arguments are compared."""
+        if task.kind == "single_step":
+            return task.expected
+        changing = tuple(c for c in task.expected if is_state_changing(c.name))
+        return changing or task.expected
+
+    def _expects_state_change(self, task: Task) -> bool:
+        if self._world_api is None:
+            return False
+        return any(is_state_changing(c.name) for c in task.expected)
+
+    # --- execution --------------------------------------------------------------------------
+
+    def _execute(self, task: Task, calls: Sequence[ToolCall]) -> tuple[tuple[str, ...], bool, bool]:
+        """(errors raised, state matches expected, world changed) for the calls replayed afresh."""
+        if self._world_api is None:
+            return (), True, False
+        key = (task.id, _canonical(calls))
+        cached = self._replays.get(key)
+        if cached is not None:
+            self._replays.move_to_end(key)
+            return cached
+        world = self._world_api.World.fresh(task.fixture)
+        errors = tuple(filter(None, (_call_error(world, call) for call in calls)))
+        outcome = (errors, world.same_state(self._expected_world(task)), world.changed())
+        self._replays[key] = outcome
+        if len(self._replays) > REPLAY_CACHE_SIZE:
+            self._replays.popitem(last=False)
+        return outcome
+
+    def _expected_world(self, task: Task) -> Any:
+        world = self._expected_worlds.get(task.id)
+        if world is None:
+            if len(self._expected_worlds) >= EXPECTED_CACHE_SIZE:
+                self._expected_worlds.clear()
+            world = self._world_api.replay(list(task.expected), task.fixture)
+            self._expected_worlds[task.id] = world
+        return world
+
+
+# --- module helpers ------------------------------------------------------------------------------
+
+
+class _WorldApi:
+    def __init__(self, world_cls: Any, replay: Any) -> None:
+        self.World = world_cls
+        self.replay = replay
+
+
+def _load_world_api() -> _WorldApi:
+    try:
+        from appliance.world import World, replay
+    except ImportError as err:
+        raise ApplianceError(f"the workbench world cannot be loaded ({err}); reinstall the appliance") from None
+    return _WorldApi(World, replay)
+
+
+def _call_error(world: Any, call: ToolCall) -> str:
+    try:
+        result = world.call(call)
+    except Exception as err:  # noqa: BLE001 - a tool that raises is the model's execution error
+        return _clip(f"{call.name} raised {type(err).__name__}: {err}")
+    if result.raised:
+        return _clip(f"{call.name} raised: {result.observation}")
+    return ""
+
+
+def _schemas(tools: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    schemas = {}
+    for tool in tools:
+        function = tool.get("function", tool)
+        schemas[function["name"]] = function.get("parameters") or {"type": "object", "properties": {}}
+    return schemas
+
+
+def _compile(schema: Mapping[str, Any]):
+    """One validator per tool, built once: returns a function giving the first problem or ''."""
+    validator = validator_for(schema, default=Draft202012Validator)(schema)
+    declared = frozenset(schema.get("properties", {}))
+    closed = "properties" in schema and "additionalProperties" not in schema
+    required = tuple(schema.get("required", ()))
+
+    def problem(arguments: Any) -> str:
+        if not isinstance(arguments, dict):
+            return "arguments must be an object"
+        if closed:
+            for key in arguments:
+                if key not in declared:
+                    return f"unknown argument '{_clip(str(key), 60)}'"
+        for key in required:  # the common failure, named without running the full validator
+            if key not in arguments:
+                return f"missing required argument '{key}'"
+        if validator.is_valid(arguments):
+            return ""
+        error = best_match(validator.iter_errors(arguments))
+        where = "/".join(str(p) for p in error.absolute_path) or "(arguments)"
+        return f"argument '{_clip(where, 60)}' {_clip(error.message, 120)}"
+
+    return problem
+
+
+def _arguments_fraction(expected: Sequence[ToolCall], calls: Sequence[ToolCall]) -> float:
+    """Mean over expected calls of the best key-match fraction among unused same-name calls."""
+    if not expected:
+        return 1.0
+    unused = list(calls)
+    total = 0.0
+    for want in expected:
+        best, best_index = 0.0, -1
+        for index, call in enumerate(unused):
+            if call.name == want.name:
+                score = _pair_fraction(want.arguments, call.arguments)
+                if score > best or best_index < 0:
+                    best, best_index = score, index
+        if best_index >= 0:
+            unused.pop(best_index)
+        total += best
+    return total / len(expected)
+
+
+def _pair_fraction(expected: Mapping[str, Any], predicted: Any) -> float:
+    if not isinstance(predicted, Mapping):
+        return 0.0
+    keys = set(expected) | set(predicted)
+    if not keys:
+        return 1.0
+    matching = sum(
+        1 for key in expected
+        if key in predicted and _normalise(key, expected[key]) == _normalise(key, predicted[key])
+    )
+    return matching / len(keys)
+
+
+def _normalise(key: str, value: Any) -> Any:
+    if isinstance(value, str):
+        return value if key in CASE_SENSITIVE_KEYS else value.lower()
+    if value is None:
+        return None
+    if isinstance(value, (dict, list)):
+        return ("json", json.dumps(value, sort_keys=True, default=repr))
+    text = str(value)
+    return text if key in CASE_SENSITIVE_KEYS else text.lower()
+
+
+def _argument_difference(expected: Sequence[ToolCall], calls: Sequence[ToolCall]) -> str:
+    """Name the first differing argument, for the reason line."""
+    for want in expected:
+        for call in calls:
+            if call.name != want.name or not isinstance(call.arguments, Mapping):
+                continue
+            for key in sorted(set(want.arguments) | set(call.arguments)):
+                if key not in call.arguments:
+                    return f"{call.name}: missing argument '{key}'"
+                if key not in want.arguments:
+                    return f"{call.name}: unexpected argument '{_clip(key, 60)}'"
+                if _normalise(key, want.arguments[key]) != _normalise(key, call.arguments[key]):
+                    return _clip(f"{call.name}: {key}={call.arguments[key]!r}, expected {want.arguments[key]!r}")
+    return "arguments differ from the expected ones"
+
+
+def _extra_state_changes(task: Task, calls: Sequence[ToolCall]) -> str:
+    extra = Counter(c.name for c in calls if is_state_changing(c.name)) - Counter(c.name for c in task.expected)
+    return ", ".join(sorted(extra))
+
+
+def _canonical(calls: Sequence[ToolCall]) -> str:
+    return json.dumps([[c.name, c.arguments] for c in calls], sort_keys=True, default=repr)
+
+
+def _names(calls: Sequence[ToolCall]) -> str:
+    names = [c.name for c in calls]
+    if len(names) > 3:
+        names = names[:3] + [f"… ({len(names)} calls)"]
+    return _clip(", ".join(names)) or "nothing"
+
+
+def _clip(text: str, limit: int = MAX_REASON_CHARS) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _verdict(bucket: str, reason: str, **checks: Any) -> Verdict:
+    fields = dict(parse_ok=True, schema_ok=False, tool_ok=False, arguments_ok=False, arguments_fraction=0.0,
+                  executed_ok=False, state_match=False, unsafe=bucket == "unsafe_action", unsafe_rule=None,
+                  n_calls=0)
+    fields.update(checks)
+    return Verdict(bucket=bucket, reason=_clip(reason), **fields)
+
+
+def _internal_error(task: Any, err: BaseException) -> Verdict:
+    log.exception("verifier error on task %s", getattr(task, "id", "?"))
+    return _verdict("execution_error", f"verifier error: {type(err).__name__}: {err}", parse_ok=False)

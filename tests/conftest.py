@@ -1,0 +1,87 @@
+"""Shared fixtures: a tiny Llama-architecture model and tokenizer built offline.
+
+`tiny_model_dir` is a randomly initialised LlamaForCausalLM (2 layers, hidden
+32) with a byte-level BPE tokenizer trained in memory on a few sentences, a
+ChatML template like SmolLM2's, and the same special tokens in the same
+places (<|endoftext|>=0 pad, <|im_start|>=1, <|im_end|>=2 EOS). It is saved
+with save_pretrained, so anything that loads a model directory can use it.
+Nothing is downloaded; building it takes well under a second.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+CORPUS = [
+    'You are a helpful assistant. Reply with a JSON object {"name": "send_email", "arguments": {}}.',
+    "Schedule a meeting with Carlos on Friday at 10:00 about the quarterly budget review.",
+    "Delete the task named update the dashboard; then reply to the email from Nadia.",
+    "No action is needed. The customer record was created, the deal was closed and the plot drawn.",
+    "Find the average visitors per day over the last two weeks and plot it as a line chart.",
+    'Tools: [{"name":"calendar.create_event","description":"Create an event","parameters":{}}]',
+] * 4
+
+
+def build_tiny_tokenizer():
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    core = Tokenizer(models.BPE())
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=400, special_tokens=SPECIAL_TOKENS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    core.train_from_iterator(CORPUS, trainer=trainer)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=core, bos_token="<|im_start|>", eos_token="<|im_end|>", pad_token="<|endoftext|>"
+    )
+    tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer
+
+
+def build_tiny_model(vocab_size: int):
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        # A wide init makes logits decisive, so greedy decoding is stable under tiny float noise.
+        initializer_range=0.3,
+        tie_word_embeddings=True,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config)
+    model.generation_config.pad_token_id = 0
+    model.generation_config.eos_token_id = 2
+    return model
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory holding a tiny random Llama model and its tokenizer (a few hundred KB)."""
+    directory = tmp_path_factory.mktemp("tiny-llama")
+    tokenizer = build_tiny_tokenizer()
+    model = build_tiny_model(len(tokenizer))
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory

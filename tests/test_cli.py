@@ -1,0 +1,42 @@
+"""The CLI: help everywhere, one-line errors with a non-zero exit, never a traceback."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from appliance.cli import build_parser
+
+
+def run_cli(*args: str, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "appliance", *args], capture_output=True, text=True,
+                          cwd=cwd, timeout=120)
+
+
+def test_every_subcommand_has_help():
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    for name, p in sub.choices.items():
+        text = p.format_help()
+        assert "usage:" in text, name
+
+
+@pytest.mark.parametrize("args,needle", [
+    (("tasks", "stats", "no-such-pack"), "no-such-pack"),
+    (("sql", "SELEC nonsense"), "error"),
+    (("verify", "/nonexistent/outputs.jsonl"), "outputs.jsonl"),
+])
+def test_bad_input_is_one_line_and_nonzero(tmp_path, args, needle):
+    proc = run_cli(*args, "--workspace", str(tmp_path / "ws"))
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr
+    assert needle in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_sql_answers_on_a_fresh_workspace(tmp_path):
+    proc = run_cli("sql", "SELECT count(*) AS n FROM rollouts", "--format", "csv",
+                   "--workspace", str(tmp_path / "ws"))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["n", "0"]

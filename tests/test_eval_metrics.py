@@ -1,0 +1,88 @@
+"""Eval metrics, the recommendation rules and the paired comparison."""
+from __future__ import annotations
+
+import pytest
+
+from appliance.evaluate.compare import metric_deltas, paired_bootstrap
+from appliance.evaluate.decision import DecisionThresholds, recommend
+from appliance.evaluate.metrics import ScoredSample, pass_at_k, summarize
+from appliance.task import Task, ToolCall, Verdict
+
+
+def verdict(bucket: str, *, parse_ok: bool = True, unsafe: bool = False) -> Verdict:
+    ok = bucket == "success"
+    return Verdict(parse_ok=parse_ok, schema_ok=parse_ok, tool_ok=ok, arguments_ok=ok,
+                   arguments_fraction=1.0 if ok else 0.0, executed_ok=ok, state_match=ok, unsafe=unsafe,
+                   unsafe_rule="bulk_delete" if unsafe else None, bucket=bucket, reason="")
+
+
+def sample(task_id: str, index: int, bucket: str, latency: float = 1.0, **kw) -> ScoredSample:
+    return ScoredSample(task_id, index, "", verdict(bucket, **kw), 1.0 if bucket == "success" else 0.0, {},
+                        latency, 10, 5)
+
+
+def task(task_id: str, expected: bool = True) -> Task:
+    calls = (ToolCall("email_delete_email", {"email_id": "1"}),) if expected else ()
+    return Task(id=task_id, messages=({"role": "user", "content": task_id},), expected=calls)
+
+
+def test_pass_at_k_matches_the_unbiased_estimator():
+    assert pass_at_k(4, 0, 1) == 0.0
+    assert pass_at_k(4, 4, 1) == 1.0
+    assert pass_at_k(4, 1, 1) == pytest.approx(0.25)
+    assert pass_at_k(4, 1, 4) == 1.0
+    assert pass_at_k(4, 2, 2) == pytest.approx(1 - 1 / 6)
+
+
+def test_summarize_reports_seed_metrics_buckets_and_floor():
+    tasks = [task("a"), task("b"), task("none", expected=False)]
+    samples = [sample("a", 0, "success"), sample("a", 1, "format_error", parse_ok=False),
+               sample("b", 0, "wrong_tool"), sample("b", 1, "unsafe_action", unsafe=True),
+               sample("none", 0, "success", latency=3.0), sample("none", 1, "success")]
+    m = summarize(samples, tasks, k=2, wall_s=2.0)
+    assert m["valid_json_rate"] == pytest.approx(5 / 6)
+    assert m["execution_success_rate"] == pytest.approx(3 / 6)
+    assert m["unsafe_action_rate"] == pytest.approx(1 / 6)
+    assert m["pass@1"] == pytest.approx((0.5 + 0 + 1) / 3)
+    assert m["pass@2"] == pytest.approx((1 + 0 + 1) / 3)
+    assert m["inconsistent_tasks"] == 1
+    assert m["buckets"]["wrong_tool"] == 1 and m["buckets"]["success"] == 3
+    assert m["do_nothing_floor"] == pytest.approx(1 / 3)
+    assert m["success_on_change_tasks"] == pytest.approx(0.25)
+    assert m["latency_p95_s"] == 3.0
+    assert m["tokens_per_s"] == pytest.approx(30 / 2.0)
+
+
+@pytest.mark.parametrize("metrics,action", [
+    ({"valid_json_rate": 0.1, "pass@1": 0.0, "k": 4, "pass@4": 0.0}, "sft"),
+    ({"valid_json_rate": 0.95, "pass@1": 0.3, "k": 4, "pass@4": 0.6}, "grpo"),
+    ({"valid_json_rate": 0.95, "pass@1": 0.0, "k": 4, "pass@4": 0.0}, "out_of_reach"),
+    ({"valid_json_rate": 0.99, "pass@1": 0.95, "k": 4, "pass@4": 0.97}, "promote"),
+])
+def test_recommendation_follows_the_seed_rules(metrics, action):
+    rec = recommend(metrics)
+    assert rec.action == action
+    assert "%" in rec.reason  # the numbers behind it are stated
+
+
+def test_thresholds_are_settings():
+    metrics = {"valid_json_rate": 0.5, "pass@1": 0.3, "k": 4, "pass@4": 0.6}
+    assert recommend(metrics).action == "sft"
+    assert recommend(metrics, DecisionThresholds(min_valid_format=0.4)).action == "grpo"
+
+
+def test_paired_bootstrap_separates_real_gain_from_noise():
+    tasks = [f"t{i}" for i in range(60)]
+    a = {t: 0.0 for t in tasks}
+    better = {t: 1.0 if i % 2 == 0 else 0.0 for i, t in enumerate(tasks)}
+    d = paired_bootstrap(a, better)
+    assert d.delta == pytest.approx(0.5) and d.significant_improvement
+    same = paired_bootstrap(better, dict(better))
+    assert same.delta == 0 and not same.significant_improvement and not same.significant_regression
+    worse = paired_bootstrap(better, a)
+    assert worse.significant_regression
+
+
+def test_metric_deltas_only_compares_shared_numbers():
+    rows = metric_deltas({"pass@1": 0.2, "mean_reward": 0.1}, {"pass@1": 0.5})
+    assert rows == [("pass@1", 0.2, 0.5, pytest.approx(0.3))]

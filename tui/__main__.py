@@ -1,0 +1,4 @@
+"""`python -m tui` opens the cockpit."""
+from tui.app import main
+
+raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""One file per cockpit screen; styles live in tui/app.tcss."""

@@ -1,0 +1,194 @@
+"""Checkpoints: every adapter with its held-out numbers next to the baseline; promote, roll back, export.
+
+Promotion is the engine's decision (`appliance promote CKPT --events`): the
+gate answers with its evidence and, when it refuses, its reasons, and this
+screen shows both. Nothing here decides anything.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Input, RichLog, Static
+
+from appliance.events import Log, RunFailed, RunFinished
+from tui.data import as_mapping, checkpoints, pick, recent_evals
+from tui.engine import EngineEvent, EngineExited
+from tui.widgets.nav_bar import NavBar
+
+HELDOUT_KEYS = ("heldout_success", "heldout/success", "pass_at_1", "success_rate")
+
+
+def heldout(row: dict[str, Any]) -> float | None:
+    value = pick(row, *HELDOUT_KEYS, default=pick(as_mapping(row.get("metrics")), *HELDOUT_KEYS))
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def baseline_success(evals: list[dict[str, Any]]) -> float | None:
+    """Held-out success of the newest eval of the base model (no adapter)."""
+    for row in evals:
+        if not row.get("adapter"):
+            return heldout(row)
+    return None
+
+
+def metric(row: dict[str, Any], *keys: str) -> str:
+    value = pick(row, *keys, default=pick(as_mapping(row.get("metrics")), *keys))
+    return f"{value:.0%}" if isinstance(value, (int, float)) else "—"
+
+
+def render_gate(summary: dict[str, Any], refusal: str = "") -> Table:
+    """The gate's evidence (metric: baseline → candidate, pass/fail) and its reasons."""
+    table = Table.grid(padding=(0, 1))
+    table.add_column(style="bold")
+    table.add_column()
+    promoted = bool(summary.get("promoted")) and not refusal
+    table.add_row("verdict", Text("promoted", style="bold green") if promoted else Text("refused", style="bold red"))
+    for name, value in as_mapping(summary.get("evidence")).items():
+        if isinstance(value, dict):
+            ok = value.get("ok", value.get("passed"))
+            mark = Text(" ✓", style="green") if ok else Text(" ✗", style="red") if ok is not None else Text("")
+            line = Text(f"{value.get('baseline', '?')} → {value.get('candidate', '?')}") + mark
+            table.add_row(name, line)
+        else:
+            table.add_row(name, str(value))
+    reasons = list(summary.get("reasons") or []) + ([refusal] if refusal else [])
+    for reason in reasons:
+        table.add_row("reason", Text(str(reason), style="red"))
+    return table
+
+
+class CheckpointsScreen(Screen):
+    BINDINGS = [
+        Binding("p", "promote", "Promote"),
+        Binding("b", "rollback", "Roll back"),
+        Binding("x", "export", "Export merged"),
+        Binding("r", "refresh", "Refresh"),
+    ]
+
+    class Loaded(Message):
+        def __init__(self, checkpoints: list[dict], evals: list[dict]) -> None:
+            super().__init__()
+            self.checkpoints, self.evals = checkpoints, evals
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: list[dict[str, Any]] = []
+        self.pending_export = ""
+
+    def compose(self) -> ComposeResult:
+        yield NavBar("Checkpoints")
+        with Vertical(id="ckpt-top", classes="panel") as top:
+            top.border_title = "Lineage"
+            yield DataTable(id="lineage", cursor_type="row", zebra_stripes=True)
+            yield Static("no checkpoints yet — train one on Train (4)", id="lineage-empty", classes="empty")
+        yield Input(placeholder="merged export folder, then enter", id="export-path")
+        with Horizontal(id="ckpt-bottom"):
+            gate = Static("select a checkpoint and press p to ask the promotion gate", id="gate",
+                          classes="panel muted")
+            gate.border_title = "Promotion gate"
+            yield gate
+            log = RichLog(id="ckpt-log", classes="panel", wrap=True, markup=True)
+            log.border_title = "Engine"
+            yield log
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#lineage", DataTable).add_columns(
+            "run", "checkpoint", "step", "held-out", "Δ base", "valid JSON", "unsafe", "")
+        self.query_one("#export-path").display = False
+        self.action_refresh()
+
+    def on_screen_resume(self) -> None:
+        self.action_refresh()
+
+    def action_refresh(self) -> None:
+        self.load()
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="ckpt-load")
+    def load(self) -> None:
+        data = self.app.data
+        self.post_message(self.Loaded(checkpoints(data), recent_evals(data, 50)))
+
+    @on(Loaded)
+    def _loaded(self, message: Loaded) -> None:
+        self.rows = sorted(message.checkpoints, key=lambda r: (str(r.get("run_id")), r.get("step") or 0))
+        baseline = baseline_success(message.evals)
+        table = self.query_one("#lineage", DataTable)
+        table.clear()
+        table.add_row("base", "(baseline)", "", f"{baseline:.0%}" if baseline is not None else "—", "", "", "", "")
+        previous_run = None
+        for row in self.rows:
+            run = str(row.get("run_id", ""))
+            success = heldout(row)
+            delta = f"{success - baseline:+.0%}" if success is not None and baseline is not None else "—"
+            table.add_row(run if run != previous_run else "  └", pick(row, "checkpoint_id", "path", default="?"),
+                          row.get("step", ""), f"{success:.0%}" if success is not None else "—", delta,
+                          metric(row, "valid_json_rate"), metric(row, "unsafe_action_rate"),
+                          "★" if row.get("promoted") else "")
+            previous_run = run
+        self.query_one("#lineage-empty").display = not self.rows
+
+    def selected(self) -> dict[str, Any] | None:
+        table = self.query_one("#lineage", DataTable)
+        index = table.cursor_row - 1  # row 0 is the baseline
+        return self.rows[index] if 0 <= index < len(self.rows) else None
+
+    # --- engine actions -------------------------------------------------------------
+
+    def _checkpoint_ref(self) -> str | None:
+        row = self.selected()
+        if row is None:
+            self.notify("Select a checkpoint row first (not the baseline).", severity="warning")
+            return None
+        return str(pick(row, "path", "checkpoint_id"))
+
+    def action_promote(self) -> None:
+        ref = self._checkpoint_ref()
+        if ref and self.app.start_job("promote", ["promote", ref, "--events"], self):
+            self.query_one("#gate", Static).update(f"asking the gate about {ref}…")
+
+    def action_rollback(self) -> None:
+        self.app.start_job("rollback", ["rollback"], self)
+
+    def action_export(self) -> None:
+        ref = self._checkpoint_ref()
+        if ref:
+            self.pending_export = ref
+            field = self.query_one("#export-path", Input)
+            field.value = str(Path(self.app.workspace) / "exports" / f"{Path(ref).name}-merged")
+            field.display = True
+            field.focus()
+
+    @on(Input.Submitted, "#export-path")
+    def _export_submitted(self, event: Input.Submitted) -> None:
+        event.input.display = False
+        if event.value.strip() and self.pending_export:
+            self.app.start_job("export", ["export", self.pending_export, "--merged", event.value.strip()], self)
+        self.query_one("#lineage").focus()
+
+    @on(EngineEvent)
+    def _engine_event(self, message: EngineEvent) -> None:
+        event, log = message.event, self.query_one("#ckpt-log", RichLog)
+        if message.job == "promote" and isinstance(event, RunFinished):
+            self.query_one("#gate", Static).update(render_gate(event.summary))
+        elif message.job == "promote" and isinstance(event, RunFailed):
+            self.query_one("#gate", Static).update(render_gate({}, refusal=event.error))
+        elif isinstance(event, Log):
+            log.write(event.message)
+        elif isinstance(event, RunFailed):
+            log.write(f"[red]{event.error}[/]")
+
+    @on(EngineExited)
+    def _engine_exited(self, message: EngineExited) -> None:
+        log = self.query_one("#ckpt-log", RichLog)
+        log.write(f"{message.job}: " + ("done" if message.code == 0 else f"[red]exit code {message.code}[/]"))
+        self.action_refresh()

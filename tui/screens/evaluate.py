@@ -1,0 +1,238 @@
+"""Evaluate: run an eval, read its metrics, failure buckets and recommendation, browse samples, compare."""
+from __future__ import annotations
+
+from typing import Any
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import (Button, DataTable, Footer, Input, Label, ProgressBar, Select, Static,
+                             TabbedContent, TabPane)
+
+from appliance.events import EvalFinished, Progress, RunFailed, RunStarted
+from appliance.task import BUCKETS
+from tui.data import as_mapping, eval_samples, pick, recent_evals, safe_rows
+from tui.engine import EngineEvent, EngineExited
+from tui.widgets.bucket_chart import BucketChart
+from tui.widgets.metric_table import MetricTable, format_metric, metric_value
+from tui.widgets.nav_bar import NavBar
+from tui.widgets.sample_view import SampleView
+
+
+def metrics_of(row: dict[str, Any]) -> dict[str, Any]:
+    """An eval row's metrics: flat columns overlaid with its metrics JSON column."""
+    return {**row, **as_mapping(row.get("metrics"))}
+
+
+def recommendation_text(recommendation: str, metrics: dict[str, Any]) -> str:
+    """The engine's recommendation with the numbers it rests on."""
+    if not recommendation:
+        return "[dim]no recommendation yet — run an eval (r)[/]"
+    numbers = " · ".join(
+        f"{label} {format_metric(metric_value(metrics, keys), 'pct')}"
+        for label, keys in (("valid JSON", ("valid_json_rate",)), ("pass@1", ("pass_at_1",)),
+                            ("pass@k", ("pass_at_k",)))
+    )
+    reason = metrics.get("recommendation_reason", "")
+    return f"[b]Recommendation:[/] [b $accent]{recommendation}[/]  {numbers}" + (f"\n{reason}" if reason else "")
+
+
+def eval_args(app: Any, split: str, k: str, limit: str, adapter: str) -> list[str]:
+    """The `appliance eval` command line for the current choices."""
+    args = ["eval", "--model", app.model, "--pack", app.pack, "--split", split, "-k", k or "4",
+            "--backend", app.backend]
+    if adapter:
+        args += ["--adapter", adapter]
+    if limit:
+        args += ["--limit", limit]
+    return args + ["--events"]
+
+
+class EvaluateScreen(Screen):
+    BINDINGS = [
+        Binding("r", "run_eval", "Run eval"),
+        Binding("s", "stop", "Stop"),
+        Binding("ctrl+r", "refresh", "Refresh"),
+    ]
+
+    class EvalsLoaded(Message):
+        def __init__(self, evals: list[dict]) -> None:
+            super().__init__()
+            self.evals = evals
+
+    class SamplesLoaded(Message):
+        def __init__(self, eval_id: str, samples: list[dict], buckets: dict[str, int]) -> None:
+            super().__init__()
+            self.eval_id, self.samples, self.buckets = eval_id, samples, buckets
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.eval_id = ""
+        self.evals: dict[str, dict[str, Any]] = {}
+        self.samples: list[dict[str, Any]] = []
+
+    def compose(self) -> ComposeResult:
+        yield NavBar("Evaluate")
+        with Horizontal(id="eval-form", classes="form-row"):
+            yield Label("split")
+            yield Select([("val", "val"), ("test", "test")], value="val", id="split", compact=True,
+                         allow_blank=False)
+            yield Label("k")
+            yield Input("4", id="k", compact=True, type="integer")
+            yield Label("limit")
+            yield Input("", id="limit", compact=True, type="integer", placeholder="all")
+            yield Label("adapter")
+            yield Input("", id="adapter", compact=True, placeholder="base model")
+            yield Button("Run", id="run", compact=True, variant="primary")
+        with Horizontal(id="eval-progress-row"):
+            yield ProgressBar(id="eval-progress", show_eta=False)
+            yield Static("idle", id="eval-status", classes="muted")
+        with TabbedContent(id="eval-tabs"):
+            with TabPane("Metrics", id="tab-metrics"):
+                with Horizontal():
+                    yield MetricTable(id="metrics")
+                    yield BucketChart(id="buckets")
+                yield Static(recommendation_text("", {}), id="recommendation")
+            with TabPane("Samples", id="tab-samples"):
+                with Horizontal():
+                    with Vertical(id="sample-list"):
+                        yield Select([(b, b) for b in BUCKETS], prompt="all buckets", id="bucket-filter",
+                                     compact=True)
+                        yield DataTable(id="samples", cursor_type="row", zebra_stripes=True)
+                    yield SampleView(id="sample-view")
+            with TabPane("Compare", id="tab-compare"):
+                with Horizontal(classes="form-row"):
+                    yield Select([], prompt="eval A", id="compare-a", compact=True)
+                    yield Select([], prompt="eval B", id="compare-b", compact=True)
+                yield MetricTable(id="compare")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#samples", DataTable).add_columns("task", "#", "bucket", "reward")
+        self.query_one("#metrics", MetricTable).show(("—", {}))
+        self.query_one("#compare", MetricTable).show(("A", {}), ("B", {}))
+        self.action_refresh()
+
+    # --- running an eval -------------------------------------------------------------
+
+    def action_run_eval(self) -> None:
+        value = lambda selector: self.query_one(selector, Input).value.strip()  # noqa: E731
+        if not self.app.pack:
+            self.notify("Pick a task pack on Home (1) first.", severity="warning")
+            return
+        args = eval_args(self.app, str(self.query_one("#split", Select).value), value("#k"), value("#limit"),
+                         value("#adapter"))
+        if self.app.start_job("eval", args, self):
+            self.query_one("#eval-progress", ProgressBar).update(total=None, progress=0)
+            self.query_one("#eval-status", Static).update("starting the engine…")
+
+    async def action_stop(self) -> None:
+        await self.app.stop_job()
+
+    @on(Button.Pressed, "#run")
+    def _run_pressed(self) -> None:
+        self.action_run_eval()
+
+    @on(EngineEvent)
+    def _engine_event(self, message: EngineEvent) -> None:
+        event = message.event
+        if isinstance(event, Progress):
+            self.query_one("#eval-progress", ProgressBar).update(total=event.total or None, progress=event.done)
+            self.query_one("#eval-status", Static).update(
+                f"{event.stage} {event.done}/{event.total} {event.message}".strip())
+        elif isinstance(event, RunStarted):
+            self.query_one("#eval-status", Static).update(f"eval {event.run_id} started")
+        elif isinstance(event, EvalFinished):
+            self.show_eval(event.eval_id, event.metrics, event.recommendation)
+            self.query_one("#eval-status", Static).update(f"eval {event.eval_id} finished")
+            self.action_refresh()
+        elif isinstance(event, RunFailed):
+            self.query_one("#eval-status", Static).update(f"[red]failed: {event.error}[/]")
+
+    @on(EngineExited)
+    def _engine_exited(self, message: EngineExited) -> None:
+        if message.code != 0:
+            self.query_one("#eval-status", Static).update(f"[red]engine exited with {message.code}[/]")
+
+    def show_eval(self, eval_id: str, metrics: dict[str, Any], recommendation: str) -> None:
+        self.eval_id = eval_id
+        self.query_one("#metrics", MetricTable).show((eval_id or "eval", metrics))
+        self.query_one("#recommendation", Static).update(recommendation_text(recommendation, metrics))
+        buckets = metrics.get("buckets") or metrics.get("bucket_counts")
+        if isinstance(buckets, dict):
+            self.query_one("#buckets", BucketChart).show(buckets)
+        if eval_id:
+            self.load_samples(eval_id)
+
+    # --- store reads ---------------------------------------------------------------
+
+    def action_refresh(self) -> None:
+        self.load_evals()
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="eval-list")
+    def load_evals(self) -> None:
+        self.post_message(self.EvalsLoaded(recent_evals(self.app.data)))
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="eval-samples")
+    def load_samples(self, eval_id: str) -> None:
+        data = self.app.data
+        samples = eval_samples(data, eval_id)
+        counts = safe_rows(data, "SELECT bucket, count(*) AS n FROM eval_samples WHERE eval_id = ? GROUP BY bucket",
+                           [eval_id])
+        self.post_message(self.SamplesLoaded(eval_id, samples, {r["bucket"]: r["n"] for r in counts}))
+
+    @on(EvalsLoaded)
+    def _evals_loaded(self, message: EvalsLoaded) -> None:
+        self.evals = {str(pick(r, "eval_id", default="?")): r for r in message.evals}
+        options = [(eval_id, eval_id) for eval_id in self.evals]
+        for selector in ("#compare-a", "#compare-b"):
+            select = self.query_one(selector, Select)
+            current = select.value
+            select.set_options(options)
+            if current in self.evals:
+                select.value = current
+        if not self.eval_id and message.evals:
+            latest = message.evals[0]
+            self.show_eval(str(latest.get("eval_id", "")), metrics_of(latest),
+                           str(pick(latest, "recommendation", default="")))
+
+    @on(SamplesLoaded)
+    def _samples_loaded(self, message: SamplesLoaded) -> None:
+        if message.eval_id != self.eval_id:
+            return
+        chart = self.query_one("#buckets", BucketChart)
+        if not any(chart.counts.values()) and message.buckets:
+            chart.show(message.buckets)
+        self.samples = message.samples
+        self._fill_samples()
+
+    def _fill_samples(self) -> None:
+        bucket = self.query_one("#bucket-filter", Select).value
+        table = self.query_one("#samples", DataTable)
+        table.clear()
+        for index, sample in enumerate(self.samples):
+            if bucket is Select.NULL or sample.get("bucket") == bucket:
+                table.add_row(pick(sample, "task_id", default="?"), pick(sample, "sample_index", default=0),
+                              sample.get("bucket", ""), f"{pick(sample, 'reward', default=0.0):.2f}",
+                              key=str(index))
+        if not table.row_count:
+            self.query_one(SampleView).show(None)
+
+    @on(Select.Changed, "#bucket-filter")
+    def _bucket_changed(self) -> None:
+        self._fill_samples()
+
+    @on(DataTable.RowHighlighted, "#samples")
+    def _sample_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if event.row_key.value is not None:
+            self.query_one(SampleView).show(self.samples[int(event.row_key.value)])
+
+    @on(Select.Changed, "#compare-a")
+    @on(Select.Changed, "#compare-b")
+    def _compare_changed(self) -> None:
+        chosen = [self.query_one(s, Select).value for s in ("#compare-a", "#compare-b")]
+        evals = [(str(c), metrics_of(self.evals[c])) if c in self.evals else ("—", {}) for c in chosen]
+        self.query_one("#compare", MetricTable).show(*evals)

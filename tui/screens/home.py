@@ -1,0 +1,149 @@
+"""Home: where you are (workspace, pack, model, backend, hardware) and what happened lately."""
+from __future__ import annotations
+
+from typing import Any
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Label, Select, Static
+
+from tui.data import as_mapping, pick, promoted_checkpoint, recent_evals, recent_runs
+from tui.widgets.hardware_panel import HardwarePanel
+from tui.widgets.nav_bar import NavBar
+
+BACKENDS = ("auto", "hf", "vllm")
+
+
+def backend_reason(report: dict[str, Any]) -> str:
+    """The doctor's backend choice and why, in one line."""
+    backend = report.get("backend")
+    if isinstance(backend, dict):
+        return f"{backend.get('choice', '?')}: {backend.get('reason', '')}".strip(": ")
+    if backend:
+        return f"{backend}: {report.get('backend_reason', '')}".strip(": ")
+    return "auto picks vLLM when a GPU and vLLM are present, else Hugging Face."
+
+
+def eval_headline(row: dict[str, Any]) -> str:
+    """pass@1 (or success rate) of an eval row, from a column or its metrics JSON."""
+    metrics = as_mapping(row.get("metrics"))
+    value = pick(row, "pass_at_1", "success_rate", default=pick(metrics, "pass_at_1", "success_rate"))
+    return f"{value:.2f}" if isinstance(value, (int, float)) else "—"
+
+
+class HomeScreen(Screen):
+    """Pick pack, model and backend; see hardware, recent runs and evals, the promoted adapter."""
+
+    BINDINGS = [
+        Binding("e", "app.switch_mode('evaluate')", "Evaluate"),
+        Binding("t", "app.switch_mode('train')", "Train"),
+        Binding("r", "refresh", "Refresh"),
+    ]
+
+    class Loaded(Message):
+        def __init__(self, runs: list[dict], evals: list[dict], promoted: dict | None) -> None:
+            super().__init__()
+            self.runs, self.evals, self.promoted = runs, evals, promoted
+
+    class HostRead(Message):
+        def __init__(self, stats: dict[str, Any]) -> None:
+            super().__init__()
+            self.stats = stats
+
+    def compose(self) -> ComposeResult:
+        app = self.app
+        yield NavBar("Home")
+        with Horizontal(id="home-top"):
+            with Vertical(id="setup", classes="panel") as setup:
+                setup.border_title = "Setup"
+                yield Label(f"[b]Workspace[/] {app.workspace}", id="workspace")
+                yield from self._choice("Pack", "pack", app.packs, app.pack)
+                yield from self._choice("Model", "model", app.models, app.model)
+                yield from self._choice("Backend", "backend", BACKENDS, app.backend)
+                yield Static(backend_reason({}), id="backend-reason", classes="muted")
+                yield Static("[b]Promoted[/] none (base model)", id="promoted")
+            hardware = HardwarePanel(id="hardware", classes="panel")
+            hardware.border_title = "Hardware"
+            yield hardware
+        with Horizontal(id="home-tables"):
+            with Vertical(classes="panel") as runs:
+                runs.border_title = "Recent runs"
+                yield DataTable(id="runs", cursor_type="row", zebra_stripes=True)
+                yield Static("no runs yet — press [b]t[/] to train", id="runs-empty", classes="empty")
+            with Vertical(classes="panel") as evals:
+                evals.border_title = "Recent evals"
+                yield DataTable(id="evals", cursor_type="row", zebra_stripes=True)
+                yield Static("no evals yet — press [b]e[/] to evaluate the base model", id="evals-empty",
+                             classes="empty")
+        yield Footer()
+
+    @staticmethod
+    def _choice(title: str, name: str, options: Any, value: str) -> ComposeResult:
+        options = list(dict.fromkeys([*options, value] if value else options))
+        with Horizontal(classes="field"):
+            yield Label(title, classes="field-label")
+            yield Select([(o, o) for o in options], value=value if value else Select.NULL, id=name,
+                         compact=True, allow_blank=not value)
+
+    def on_mount(self) -> None:
+        self.query_one("#runs", DataTable).add_columns("run", "kind", "status", "started")
+        self.query_one("#evals", DataTable).add_columns("eval", "model", "adapter", "split", "pass@1")
+        self.query_one(HardwarePanel).show({}, {})
+        self.action_refresh()
+        self.read_host()
+        self.ask_doctor()
+
+    def on_screen_resume(self) -> None:
+        self.action_refresh()
+
+    def action_refresh(self) -> None:
+        self.load_tables()
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="home-data")
+    def load_tables(self) -> None:
+        data = self.app.data
+        self.post_message(self.Loaded(recent_runs(data), recent_evals(data, 8), promoted_checkpoint(data)))
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="home-host")
+    def read_host(self) -> None:
+        self.post_message(self.HostRead(self.app.host_stats()))
+
+    @work(exclusive=True, exit_on_error=False, group="home-doctor")
+    async def ask_doctor(self) -> None:
+        report = await self.app.load_doctor().wait()
+        self.query_one(HardwarePanel).show(report=report)
+        self.query_one("#backend-reason", Static).update(f"[dim]{backend_reason(report)}[/]")
+
+    @on(HostRead)
+    def _host_read(self, message: HostRead) -> None:
+        self.query_one(HardwarePanel).show(stats=message.stats)
+
+    @on(Loaded)
+    def _loaded(self, message: Loaded) -> None:
+        runs = self.query_one("#runs", DataTable)
+        runs.clear()
+        for row in message.runs:
+            runs.add_row(pick(row, "run_id", default="?"), pick(row, "kind", default=""),
+                         pick(row, "status", default=""), str(pick(row, "started_at", default=""))[:16])
+        evals = self.query_one("#evals", DataTable)
+        evals.clear()
+        for row in message.evals:
+            evals.add_row(pick(row, "eval_id", default="?"), pick(row, "model", default=""),
+                          pick(row, "adapter", default="base") or "base", pick(row, "split", default=""),
+                          eval_headline(row))
+        self.query_one("#runs-empty").display = not message.runs
+        runs.display = bool(message.runs)
+        self.query_one("#evals-empty").display = not message.evals
+        evals.display = bool(message.evals)
+        promoted = message.promoted
+        label = pick(promoted, "checkpoint_id", "path", default="?") if promoted else "none (base model)"
+        self.query_one("#promoted", Static).update(f"[b]Promoted[/] {label}")
+
+    @on(Select.Changed)
+    def _chosen(self, event: Select.Changed) -> None:
+        if event.value is not Select.NULL and event.select.id in ("pack", "model", "backend"):
+            setattr(self.app, event.select.id, str(event.value))

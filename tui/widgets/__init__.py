@@ -1,0 +1,1 @@
+"""One file per cockpit widget; styles live in tui/app.tcss."""

@@ -1,0 +1,67 @@
+"""The seed's eval metric table: one row per metric, one value column per eval (one or two)."""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from textual.widgets import DataTable
+
+# (label, how to show it, the metric keys the engine may use, first found wins)
+METRICS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("valid JSON rate", "pct", ("valid_json_rate", "parse_rate")),
+    ("correct tool rate", "pct", ("correct_tool_rate", "tool_rate")),
+    ("correct argument rate", "pct", ("correct_argument_rate", "correct_arguments_rate", "arguments_rate")),
+    ("execution success rate", "pct", ("execution_success_rate", "execution_rate")),
+    ("unsafe action rate", "pct", ("unsafe_action_rate", "unsafe_rate")),
+    ("pass@1", "pct", ("pass_at_1", "pass@1")),
+    ("pass@k", "pct", ("pass_at_k", "pass@k")),
+    ("mean reward", "num", ("mean_reward", "reward_mean")),
+    ("latency p50", "sec", ("latency_p50_s", "latency_p50")),
+    ("latency p95", "sec", ("latency_p95_s", "latency_p95")),
+    ("tokens/s", "num", ("tokens_per_s", "tokens_per_second")),
+)
+
+
+def metric_value(metrics: dict[str, Any], keys: Sequence[str]) -> float | None:
+    for key in keys:
+        value = metrics.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    return None
+
+
+def format_metric(value: float | None, kind: str) -> str:
+    if value is None:
+        return "—"
+    if kind == "pct":
+        return f"{value:.1%}"
+    if kind == "sec":
+        return f"{value:.2f} s"
+    return f"{value:.3g}" if abs(value) < 1000 else f"{value:,.0f}"
+
+
+class MetricTable(DataTable):
+    """Call `show(("base", metrics), ("ckpt-3", metrics))`; with two evals a Δ column is added."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
+
+    def show(self, *evals: tuple[str, dict[str, Any]]) -> None:
+        self.clear(columns=True)
+        self.add_column("metric", key="metric")
+        for name, _ in evals:
+            self.add_column(name)
+        if len(evals) == 2:
+            self.add_column("Δ")
+        for label, kind, keys in METRICS:
+            values = [metric_value(metrics, keys) for _, metrics in evals]
+            cells = [format_metric(v, kind) for v in values]
+            if len(values) == 2:
+                cells.append(_delta(values[0], values[1], kind))
+            self.add_row(label, *cells)
+
+
+def _delta(before: float | None, after: float | None, kind: str) -> str:
+    if before is None or after is None:
+        return "—"
+    change = after - before
+    return f"{change:+.1%}" if kind == "pct" else f"{change:+.3g}"

@@ -1,0 +1,37 @@
+"""The latest scored rollouts, newest first: what the model is actually producing right now."""
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+from rich.text import Text
+from textual.widgets import DataTable
+
+from appliance.events import RolloutScored
+
+MAX_ROWS = 100
+
+
+def one_line(text: str, width: int = 60) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+class RolloutStream(DataTable):
+    """`add(event)` puts a RolloutScored on top, keeping the latest MAX_ROWS."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
+        self.rollouts: deque[RolloutScored] = deque(maxlen=MAX_ROWS)
+
+    def on_mount(self) -> None:
+        self.add_columns("step", "task", "reward", "bucket", "completion")
+
+    def add(self, event: RolloutScored) -> None:
+        self.rollouts.append(event)
+        # Rebuilt rather than inserted: DataTable only appends, and 100 rows redraw quickly.
+        self.clear()
+        for rollout in reversed(self.rollouts):
+            style = "green" if rollout.bucket == "success" else "red"
+            self.add_row(rollout.step, rollout.task_id, f"{rollout.reward:.2f}",
+                         Text(rollout.bucket, style=style), one_line(rollout.completion))

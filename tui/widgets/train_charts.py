@@ -1,0 +1,101 @@
+"""Live training charts from StepMetrics: reward by component, held-out success, length, KL.
+
+Metric names follow the engine's StepMetrics keys; a few TRL spellings are
+accepted too, so the charts read either. Held-out success is sparse (every
+`--eval-every` steps), so each series keeps its own steps.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from textual.app import ComposeResult
+from textual.containers import Grid
+from textual_plotext import PlotextPlot
+
+CHARTS = (
+    ("reward", "train reward by component"),
+    ("heldout", "held-out success"),
+    ("length", "completion length"),
+    ("kl", "KL"),
+)
+HELDOUT_KEYS = ("heldout/success", "heldout_success", "eval/success_rate", "eval/pass_at_1")
+LENGTH_KEYS = ("completion_length", "completions/mean_length")
+KL_KEYS = ("kl",)
+GENERATION_TIME_KEYS = ("time/generation_s", "generation_s")
+UPDATE_TIME_KEYS = ("time/update_s", "update_s")
+
+
+def first(metrics: dict[str, Any], keys: tuple[str, ...]) -> float | None:
+    for key in keys:
+        if isinstance(metrics.get(key), (int, float)):
+            return float(metrics[key])
+    return None
+
+
+def reward_components(metrics: dict[str, Any]) -> dict[str, float]:
+    """`reward` (the total) and every `reward/<name>` or TRL `rewards/<name>/mean`."""
+    series: dict[str, float] = {}
+    for key, value in metrics.items():
+        if not isinstance(value, (int, float)):
+            continue
+        if key == "reward":
+            series["total"] = float(value)
+        elif key.startswith(("reward/", "rewards/")) and not key.endswith("/std"):
+            series[key.split("/", 1)[1].removesuffix("/mean")] = float(value)
+    return series
+
+
+def chart_points(metrics: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """The values one StepMetrics adds to each chart, by series name."""
+    points = {"reward": reward_components(metrics), "heldout": {}, "length": {}, "kl": {}}
+    for chart, keys in (("heldout", HELDOUT_KEYS), ("length", LENGTH_KEYS), ("kl", KL_KEYS)):
+        value = first(metrics, keys)
+        if value is not None:
+            points[chart][chart] = value
+    return points
+
+
+def step_time_line(step: int, metrics: dict[str, Any]) -> str:
+    generation, update = first(metrics, GENERATION_TIME_KEYS), first(metrics, UPDATE_TIME_KEYS)
+    if generation is None or update is None:
+        return f"step {step}"
+    share = generation / (generation + update) if generation + update else 0.0
+    return f"step {step}: generation {generation:.1f} s · update {update:.1f} s ({share:.0%} generating)"
+
+
+class TrainCharts(Grid):
+    """Four PlotextPlots; `add(step, metrics)` appends a point and redraws."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.history: dict[str, dict[str, list[tuple[int, float]]]] = {name: {} for name, _ in CHARTS}
+
+    def compose(self) -> ComposeResult:
+        for name, title in CHARTS:
+            plot = PlotextPlot(id=f"chart-{name}")
+            plot.plt.title(title)
+            yield plot
+
+    def add(self, step: int, metrics: dict[str, Any]) -> None:
+        for chart, values in chart_points(metrics).items():
+            for series, value in values.items():
+                self.history[chart].setdefault(series, []).append((step, value))
+            if values:
+                self._draw(chart)
+
+    def reset(self) -> None:
+        self.history = {name: {} for name, _ in CHARTS}
+        for name, _ in CHARTS:
+            self._draw(name)
+
+    def _draw(self, chart: str) -> None:
+        plot = self.query_one(f"#chart-{chart}", PlotextPlot)
+        plt = plot.plt
+        plt.clear_data()
+        plt.clear_figure()
+        plt.title(dict(CHARTS)[chart])
+        for series, points in self.history[chart].items():
+            steps, values = zip(*points)
+            label = series if chart == "reward" else None
+            plt.plot(list(steps), list(values), label=label, marker="braille")
+        plot.refresh()
