@@ -94,11 +94,11 @@ def catalogue_names() -> list[str]:
     return [EMBEDDED_MODEL, *CATALOGUE]
 
 
-def resolve_model(spec: str | ModelRef) -> ModelRef:
+def resolve_model(spec: str | Path | ModelRef) -> ModelRef:
     """Turn a short name, a local directory or a hub id into a `ModelRef`."""
     if isinstance(spec, ModelRef):
         return spec
-    name = spec.strip()
+    name = str(spec).strip()
     if name.lower() == EMBEDDED_MODEL:
         return ModelRef(
             id=EMBEDDED_MODEL,
@@ -207,21 +207,21 @@ def _convert_gguf(gguf: Path, out_dir: Path) -> None:
 def drop_quantization_mark(model: Any) -> None:
     """Make a dequantized GGUF model an ordinary dense one.
 
-    transformers 5.17 records the quantizer on `model.hf_quantizer` (with
-    `is_trainable` and `is_serializable` both False) and the method in
-    `config.quantization_config`; either makes Trainer/TRL refuse to train and
-    `save_pretrained` refuse to save. The weights are already dense fp32.
+    transformers 5.17 marks a model loaded from a GGUF with `model.hf_quantizer`
+    (a GgufHfQuantizer whose `is_trainable` and `is_serializable` are False),
+    `model.is_quantized`, `model.quantization_method`, `config.quantization_config`
+    and `config._is_quantized`. Trainer/TRL refuse to train such a model and
+    `save_pretrained` refuses to save it. With `GgufConfig(dequantize=True)` the
+    weights are dense fp32 already, so we clear every mark, the way
+    `HfQuantizer.remove_quantization_config` does.
     """
-    if getattr(model, "hf_quantizer", None) is not None:
-        model.hf_quantizer = None
-    for holder in (model, model.config):
-        if hasattr(holder, "quantization_config"):
-            delattr(holder, "quantization_config")
-    if hasattr(model, "quantization_method"):
-        try:
-            delattr(model, "quantization_method")
-        except AttributeError:
-            pass
+    for name in ("hf_quantizer", "quantization_method"):
+        if name in vars(model):
+            delattr(model, name)
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.is_quantized = False
+    model.config._is_quantized = False
     model.config.name_or_path = EMBEDDED_MODEL
 
 
@@ -271,7 +271,7 @@ def local_model_dir(ref: ModelRef) -> str:
 
 
 def load_model(
-    ref: ModelRef | str,
+    ref: ModelRef | str | Path,
     *,
     adapter: str | Path | None = None,
     dtype: str = "float32",

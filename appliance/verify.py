@@ -32,7 +32,8 @@ Comparisons:
   only read-only calls, every expected tool is called.
 * arguments: each expected call is paired with the unused call of the same name
   whose arguments match best. Values compare as WorkBench's state comparison does:
-  text case-insensitively except for ``status``, ``list_name`` and ``board``;
+  text case-insensitively except for ``status``, ``list_name`` and ``board`` (and
+  ``new_value`` when the expected call's ``field`` is one of those);
   non-text scalars as their ``str()`` (``30`` equals ``"30"`` but not ``"30.0"``);
   objects and arrays as canonical JSON. A pair's fraction is matching keys over the
   union of both key sets, so extra keys count against it. arguments_fraction is the
@@ -132,7 +133,11 @@ class Verifier:
         makes the trajectory an execution_error, like a raise in the replay.
         """
         try:
-            return self._judge(task, tuple(calls), parse_ok, parse_error, tuple(executed_errors))
+            calls = tuple(calls)
+            malformed = _malformed_call(calls)
+            if malformed:
+                return _verdict("format_error", malformed, parse_ok=False)
+            return self._judge(task, calls, parse_ok, parse_error, tuple(str(e) for e in executed_errors))
         except Exception as err:  # noqa: BLE001
             return _internal_error(task, err)
 
@@ -296,6 +301,14 @@ def _load_world_api() -> _WorldApi:
     return _WorldApi(World, replay)
 
 
+def _malformed_call(calls: Sequence[Any]) -> str:
+    """Calls handed in by an agent loop must look like parsed ones; name the first that does not."""
+    for index, call in enumerate(calls):
+        if not isinstance(call, ToolCall) or not isinstance(call.name, str) or not isinstance(call.arguments, dict):
+            return f"call #{index + 1} is not a tool call with a text name and object arguments"
+    return ""
+
+
 def _call_error(world: Any, call: ToolCall) -> str:
     try:
         result = world.call(call)
@@ -365,22 +378,30 @@ def _pair_fraction(expected: Mapping[str, Any], predicted: Any) -> float:
     keys = set(expected) | set(predicted)
     if not keys:
         return 1.0
+    exact = _case_sensitive_keys(expected)
     matching = sum(
         1 for key in expected
-        if key in predicted and _normalise(key, expected[key]) == _normalise(key, predicted[key])
+        if key in predicted and _normalise(key in exact, expected[key]) == _normalise(key in exact, predicted[key])
     )
     return matching / len(keys)
 
 
-def _normalise(key: str, value: Any) -> Any:
+def _case_sensitive_keys(arguments: Mapping[str, Any]) -> frozenset[str]:
+    """Keys whose values keep their case: status/list_name/board, and new_value when updating one."""
+    if arguments.get("field") in CASE_SENSITIVE_KEYS:
+        return CASE_SENSITIVE_KEYS | {"new_value"}
+    return CASE_SENSITIVE_KEYS
+
+
+def _normalise(case_sensitive: bool, value: Any) -> Any:
     if isinstance(value, str):
-        return value if key in CASE_SENSITIVE_KEYS else value.lower()
+        return value if case_sensitive else value.lower()
     if value is None:
         return None
     if isinstance(value, (dict, list)):
         return ("json", json.dumps(value, sort_keys=True, default=repr))
     text = str(value)
-    return text if key in CASE_SENSITIVE_KEYS else text.lower()
+    return text if case_sensitive else text.lower()
 
 
 def _argument_difference(expected: Sequence[ToolCall], calls: Sequence[ToolCall]) -> str:
@@ -394,7 +415,8 @@ def _argument_difference(expected: Sequence[ToolCall], calls: Sequence[ToolCall]
                     return f"{call.name}: missing argument '{key}'"
                 if key not in want.arguments:
                     return f"{call.name}: unexpected argument '{_clip(key, 60)}'"
-                if _normalise(key, want.arguments[key]) != _normalise(key, call.arguments[key]):
+                exact = key in _case_sensitive_keys(want.arguments)
+                if _normalise(exact, want.arguments[key]) != _normalise(exact, call.arguments[key]):
                     return _clip(f"{call.name}: {key}={call.arguments[key]!r}, expected {want.arguments[key]!r}")
     return "arguments differ from the expected ones"
 

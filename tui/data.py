@@ -77,58 +77,11 @@ class StoreData:
         self._open().append(table, rows)
 
 
-class MemoryData:
-    """An in-memory DuckDB holding plain tables; `append` creates a table from its first row."""
-
-    def __init__(self, tables: dict[str, Rows] | None = None) -> None:
-        import duckdb
-
-        self._connection = duckdb.connect(":memory:")
-        self._lock = threading.Lock()
-        for table, rows in (tables or {}).items():
-            self.append(table, rows)
-
-    def query(self, sql: str, params: Sequence[Any] | None = None) -> tuple[list[str], list[tuple]]:
-        with self._lock:
-            cursor = self._connection.cursor()
-            cursor.execute(sql, list(params) if params else None)
-            columns = [d[0] for d in cursor.description or []]
-            return columns, cursor.fetchall() if columns else []
-
-    def append(self, table: str, rows: Rows) -> None:
-        if not rows:
-            return
-        with self._lock:
-            columns = list(rows[0])
-            types = ", ".join(f'"{c}" {_duck_type(rows[0][c])}' for c in columns)
-            self._connection.execute(f'CREATE TABLE IF NOT EXISTS "{table}" ({types})')
-            names = ", ".join(f'"{c}"' for c in columns)
-            marks = ", ".join("?" for _ in columns)
-            self._connection.executemany(
-                f'INSERT INTO "{table}" ({names}) VALUES ({marks})',
-                [[_duck_value(row.get(c)) for c in columns] for row in rows],
-            )
-
-
-def _duck_type(value: Any) -> str:
-    if isinstance(value, bool):
-        return "BOOLEAN"
-    if isinstance(value, int):
-        return "BIGINT"
-    if isinstance(value, float):
-        return "DOUBLE"
-    return "VARCHAR"
-
-
-def _duck_value(value: Any) -> Any:
-    return json.dumps(value) if isinstance(value, (dict, list)) else value
-
-
 # --- the readers the screens use -------------------------------------------------
 
 
 def safe_rows(data: DataSource, sql: str, params: Sequence[Any] | None = None) -> Rows:
-    """Rows, or none when the table does not exist yet (a fresh workspace is not an error)."""
+    """Rows, or none when a view does not exist yet (a fresh workspace is not an error)."""
     try:
         return as_dicts(data.query(sql, params))
     except Exception as error:  # noqa: BLE001 - DuckDB raises several kinds for a missing view
@@ -138,32 +91,61 @@ def safe_rows(data: DataSource, sql: str, params: Sequence[Any] | None = None) -
 
 
 def recent_runs(data: DataSource, limit: int = 8) -> Rows:
-    return safe_rows(data, f"SELECT * FROM runs ORDER BY started_at DESC LIMIT {int(limit)}")
+    return safe_rows(data, "SELECT run_id, kind, status, model, pack, started_at FROM runs "
+                           f"ORDER BY started_at DESC NULLS LAST, run_id DESC LIMIT {int(limit)}")
 
 
 def recent_evals(data: DataSource, limit: int = 20) -> Rows:
-    return safe_rows(data, f"SELECT * FROM evals ORDER BY created_at DESC LIMIT {int(limit)}")
+    """Newest first; `eval_id` is the evals table's `id`; `metrics` is a dict."""
+    rows = safe_rows(data, "SELECT id AS eval_id, model, adapter, pack, split, k, status, success_rate, metrics, "
+                           "started_at FROM evals "
+                           f"ORDER BY started_at DESC NULLS LAST, id DESC LIMIT {int(limit)}")
+    for row in rows:
+        row["metrics"] = as_mapping(row.get("metrics"))
+    return rows
 
 
 def eval_samples(data: DataSource, eval_id: str, bucket: str | None = None) -> Rows:
+    """The samples of one eval with `prompt` (from the trajectory), `reason` and `components` filled."""
+    sql = ("SELECT eval_id, task_id, sample_index, trajectory, completion, reward, components, bucket, "
+           "v_reason AS reason FROM eval_samples WHERE eval_id = ?")
+    params: list[Any] = [eval_id]
     if bucket:
-        return safe_rows(data, "SELECT * FROM eval_samples WHERE eval_id = ? AND bucket = ? "
-                               "ORDER BY task_id, sample_index", [eval_id, bucket])
-    return safe_rows(data, "SELECT * FROM eval_samples WHERE eval_id = ? ORDER BY task_id, sample_index",
+        sql += " AND bucket = ?"
+        params.append(bucket)
+    rows = safe_rows(data, sql + " ORDER BY task_id, sample_index", params)
+    for row in rows:
+        trajectory = as_mapping(row.pop("trajectory", None))
+        row["prompt"] = trajectory.get("prompt", "")
+        row["turns"] = trajectory.get("turns")
+        row["components"] = dict(row.get("components") or {})
+    return rows
+
+
+def bucket_counts(data: DataSource, eval_id: str) -> dict[str, int]:
+    rows = safe_rows(data, "SELECT bucket, count(*) AS n FROM eval_samples WHERE eval_id = ? GROUP BY bucket",
                      [eval_id])
+    return {str(r["bucket"]): int(r["n"]) for r in rows}
 
 
 def checkpoints(data: DataSource) -> Rows:
-    return safe_rows(data, "SELECT * FROM checkpoints ORDER BY created_at")
+    """Every checkpoint (newest version of each), `metrics` as a dict, in run and step order."""
+    rows = safe_rows(data, "SELECT id, run_id, step, path, status, promoted, metrics, note, created_at "
+                           "FROM checkpoints ORDER BY run_id, step, id")
+    for row in rows:
+        row["metrics"] = as_mapping(row.get("metrics"))
+    return rows
 
 
 def promoted_checkpoint(data: DataSource) -> dict[str, Any] | None:
-    rows = [row for row in checkpoints(data) if pick(row, "promoted", default=False)]
+    rows = [row for row in checkpoints(data) if row.get("promoted")]
     return rows[-1] if rows else None
 
 
 def audit_labels(data: DataSource, eval_id: str) -> Rows:
-    return safe_rows(data, "SELECT * FROM audits WHERE eval_id = ?", [eval_id])
+    """Labels in the order they were made, so a later label for the same sample wins."""
+    return safe_rows(data, "SELECT task_id, sample_index, label, note FROM audits WHERE eval_id = ? "
+                           "ORDER BY created_at", [eval_id])
 
 
 # --- packs and the host -----------------------------------------------------------
@@ -175,6 +157,18 @@ def list_packs(root: str | os.PathLike[str] = "tasks") -> list[str]:
     if not base.is_dir():
         return []
     return sorted(p.parent.name for p in base.glob("*/pack.toml"))
+
+
+def pack_splits(root: str | os.PathLike[str], pack: str) -> list[str]:
+    """The held-out splits a pack's manifest names (everything but train); ['val'] if unreadable."""
+    import tomllib
+
+    try:
+        manifest = tomllib.loads((Path(root) / pack / "pack.toml").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return ["val"]
+    splits = [name for name in manifest.get("splits", {}) if name != "train"]
+    return splits or ["val"]
 
 
 def read_host_stats(proc: str | os.PathLike[str] = "/proc") -> dict[str, Any]:

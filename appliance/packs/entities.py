@@ -110,6 +110,9 @@ def full_name(address: str) -> str:
 
 
 def future_day(rng: Random, lo: int = 1, hi: int = 30) -> date:
+    """A day after today; one in four falls in the coming week, where relative words apply."""
+    if rng.random() < 0.25:
+        return TODAY + timedelta(days=rng.randint(lo, min(hi, lo + 6)))
     return TODAY + timedelta(days=rng.randint(lo, hi))
 
 

@@ -13,6 +13,7 @@ without an error.
 """
 from __future__ import annotations
 
+import re
 from itertools import cycle
 from random import Random
 from typing import Iterable, Sequence
@@ -85,7 +86,7 @@ def _draw_new(kind: str, split: str, template: Template, rng: Random, seen: set[
         if draft is None:
             continue
         phrasing = rng.choice(template.phrasings_for(split))
-        text = phrasing.format(**draft.slots)
+        text = _tidy(phrasing.format(**draft.slots))
         if normalise(text) in seen:
             continue
         return Task(
@@ -98,13 +99,21 @@ def _draw_new(kind: str, split: str, template: Template, rng: Random, seen: set[
     return None
 
 
+_STRANDED_PREPOSITION = re.compile(r"\b(?:on|by|for) (tomorrow|this [A-Z][a-z]+day|in \d+ days)\b")
+
+
+def _tidy(text: str) -> str:
+    """'on tomorrow' -> 'tomorrow': relative day words need no preposition."""
+    return _STRANDED_PREPOSITION.sub(r"\1", text)
+
+
 def _tags(template: Template, split: str, phrasing_index: int) -> dict:
     tags = {
         "domain": template.domain,
         "difficulty": template.difficulty,
         "source": "generator",
         "template": template.id,
-        "phrasing": phrasing_index,
+        "phrasing": template.phrasings[phrasing_index],
         "unseen_template": template.held_out,
     }
     if template.policy:

@@ -46,7 +46,7 @@ def display_path(path: Path) -> str:
 
 def line_of(text: str, key: str) -> int | None:
     """The first line that assigns `key` (or opens table `[key]`), for error messages."""
-    pattern = re.compile(rf"^\s*(\[\[?\s*{re.escape(key)}\s*\]\]?|{re.escape(key)}\s*=)", re.M)
+    pattern = re.compile(rf"^[ \t]*(\[\[?[ \t]*{re.escape(key)}[ \t]*\]\]?|{re.escape(key)}[ \t]*=)", re.M)
     match = pattern.search(text)
     return text.count("\n", 0, match.start()) + 1 if match else None
 

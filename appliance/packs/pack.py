@@ -156,7 +156,8 @@ def _check_unsafe_rule_names(manifest: dict[str, Any], path: Path) -> None:
     except PackError as error:
         manifest_file = path / MANIFEST_FILE
         line = line_of(manifest_file.read_text(encoding="utf-8"), "unsafe")
-        raise PackError(f"{display_path(manifest_file)} line {line}: {error}") from None
+        sentence = str(error).rstrip(".") + "."
+        raise PackError(f"{display_path(manifest_file)} line {line}: {sentence}") from None
 
 
 def _check_unique_ids(split_rows: dict[str, list[tuple[int, Task]]], manifest: dict[str, Any], path: Path) -> None:

@@ -139,7 +139,7 @@ def _update_customer_status(rng: Random, e: Entities) -> Draft:
 
 def _update_customer_follow_up(rng: Random, e: Entities) -> Draft:
     customer, day = rng.choice(e.customers), future_day(rng, 1, 40)
-    return Draft({"customer_id": customer["customer_id"], "day": day_words(rng, day)},
+    return Draft({"customer_id": customer["customer_id"], "day": day_words(rng, day, relative=False)},
                  (call("customer_relationship_manager_update_customer", customer_id=customer["customer_id"],
                        field="follow_up_by", new_value=day.isoformat()),))
 

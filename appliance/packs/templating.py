@@ -49,5 +49,5 @@ class Template:
         return self.phrasings[:-1] if split == "train" else self.phrasings[-1:]
 
 
-def call(name: str, **arguments: str) -> ToolCall:
-    return ToolCall(name, dict(arguments))
+def call(tool: str, /, **arguments: str) -> ToolCall:
+    return ToolCall(tool, dict(arguments))

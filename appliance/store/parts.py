@@ -28,12 +28,15 @@ ROW_GROUP_SIZE = 128 * 1024
 STALE_TEMP_AGE_S = 24 * 3600
 
 
-def partition_folder_name(value: str) -> str:
-    """A folder name for a run/eval id: percent-encoded, never hidden and never clashing with `_seed`."""
-    name = quote(str(value), safe="-_.")
-    if name[:1] in {".", "_"}:
-        name = f"%{ord(name[0]):02X}{name[1:]}"
-    return name
+def partition_folder_name(column: str, value: str) -> str:
+    """`run_id=<percent-encoded id>`: a Hive-style folder, so DuckDB skips other runs' files unopened.
+
+    A leading '_' is encoded too, which keeps `<column>=_seed` free for the seed part.
+    """
+    encoded = quote(str(value), safe="-_.")
+    if encoded[:1] == "_":
+        encoded = "%5F" + encoded[1:]
+    return f"{column}={encoded}"
 
 
 def new_part_name() -> str:

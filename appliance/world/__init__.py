@@ -23,7 +23,14 @@ from appliance.world.tools import TOOLS
 from appliance.world.world import FixtureError, ToolResult, World, replay
 
 # Toolkit order of WorkBench's "all tools" prompt, then registration order within a toolkit.
-_TOOLKIT_ORDER = ("calendar", "email", "analytics", "project_management", "customer_relationship_manager", "company_directory")
+_TOOLKIT_ORDER = (
+    "calendar",
+    "email",
+    "analytics",
+    "project_management",
+    "customer_relationship_manager",
+    "company_directory",
+)
 
 STATE_CHANGING_TOOLS: frozenset[str] = frozenset(n for n, s in TOOLS.items() if s.changes_state)
 READ_ONLY_TOOLS: frozenset[str] = frozenset(n for n, s in TOOLS.items() if not s.changes_state)

@@ -174,8 +174,12 @@ class Table:
             rows.append(row)
             ids.append(row[0])
             if isinstance(self.labels, range) and label == len(self.labels):
-                return Table(self.columns, rows, range(label + 1), ids)
-            return Table(self.columns, rows, list(self.labels) + [label], ids)
+                labels: range | list[int] = range(label + 1)
+            else:
+                labels = list(self.labels) + [label]
+            appended = Table(self.columns, rows, labels, ids)
+            appended._max_id = _larger(self._max_id, row[0])
+            return appended
         rows[position] = row
         ids[position] = row[0]
         return Table(self.columns, rows, self.labels, ids)

@@ -11,6 +11,10 @@ true -> "True"), a JSON null counts as an omitted argument, and an object or
 array value is rejected as a raised call. An argument the tool does not take
 is also a raised call (WorkBench's Python function would raise TypeError).
 
+Results: `ok` is False only for WorkBench's error texts ("Email not found.",
+"No search parameters provided.", ...) and for raised calls. "No emails found."
+and "No events found." are ordinary empty results (ok=True), like an empty list.
+
 Fixture format (task-specific starting state): `{"setup_calls": [{"name": ...,
 "arguments": {...}}, ...]}`, tool calls applied in order to the WorkBench base;
 every one must succeed. The result is the "fresh base" of worlds made with that
@@ -169,7 +173,9 @@ def _origin_tables(fixture: dict[str, Any] | None) -> _Tables:
 def _apply_fixture(fixture: dict[str, Any]) -> _Tables:
     setup = fixture.get("setup_calls") if isinstance(fixture, dict) else None
     if not isinstance(setup, list) or set(fixture) - {"setup_calls"}:
-        raise FixtureError('A fixture must be {"setup_calls": [{"name": ..., "arguments": {...}}, ...]}; fix the task pack.')
+        raise FixtureError(
+            'A fixture must be {"setup_calls": [{"name": ..., "arguments": {...}}, ...]}; fix the task pack.'
+        )
     world = World.fresh()
     for index, entry in enumerate(setup):
         try:

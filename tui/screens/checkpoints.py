@@ -24,45 +24,53 @@ from tui.data import as_mapping, checkpoints, pick, recent_evals
 from tui.engine import EngineEvent, EngineExited
 from tui.widgets.nav_bar import NavBar
 
-HELDOUT_KEYS = ("heldout_success", "heldout/success", "pass_at_1", "success_rate")
+SUCCESS_KEYS = ("heldout_success", "execution_success_rate", "success_rate")
+# (label, metric key, format) of the gate's evidence, baseline → candidate.
+EVIDENCE = (
+    ("held-out success", "execution_success_rate", "{:.1%}"),
+    ("valid JSON", "valid_json_rate", "{:.1%}"),
+    ("unsafe actions", "unsafe_action_rate", "{:.1%}"),
+    ("latency p95", "latency_p95_s", "{:.2f} s"),
+)
+REFUSAL_WORDS = ("refused", "no improvement", "regresses")
 
 
-def heldout(row: dict[str, Any]) -> float | None:
-    value = pick(row, *HELDOUT_KEYS, default=pick(as_mapping(row.get("metrics")), *HELDOUT_KEYS))
-    return float(value) if isinstance(value, (int, float)) else None
+def heldout_metrics(row: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint's held-out metrics: from its save-time eval, or the gate's candidate eval."""
+    metrics = as_mapping(row.get("metrics"))
+    return as_mapping(metrics.get("heldout")) or as_mapping(metrics.get("candidate"))
+
+
+def percent(metrics: dict[str, Any], *keys: str) -> float | None:
+    value = pick(metrics, *keys)
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def baseline_success(evals: list[dict[str, Any]]) -> float | None:
     """Held-out success of the newest eval of the base model (no adapter)."""
     for row in evals:
         if not row.get("adapter"):
-            return heldout(row)
+            return percent({**as_mapping(row.get("metrics")), **row}, *SUCCESS_KEYS)
     return None
 
 
-def metric(row: dict[str, Any], *keys: str) -> str:
-    value = pick(row, *keys, default=pick(as_mapping(row.get("metrics")), *keys))
-    return f"{value:.0%}" if isinstance(value, (int, float)) else "—"
+def shown(value: float | None) -> str:
+    return f"{value:.0%}" if value is not None else "—"
 
 
-def render_gate(summary: dict[str, Any], refusal: str = "") -> Table:
-    """The gate's evidence (metric: baseline → candidate, pass/fail) and its reasons."""
+def render_gate(promoted: bool, record: dict[str, Any], reasons: list[str]) -> Table:
+    """The gate's verdict, its evidence (baseline → candidate) and one line per rule."""
     table = Table.grid(padding=(0, 1))
-    table.add_column(style="bold")
+    table.add_column(style="bold", no_wrap=True)
     table.add_column()
-    promoted = bool(summary.get("promoted")) and not refusal
     table.add_row("verdict", Text("promoted", style="bold green") if promoted else Text("refused", style="bold red"))
-    for name, value in as_mapping(summary.get("evidence")).items():
-        if isinstance(value, dict):
-            ok = value.get("ok", value.get("passed"))
-            mark = Text(" ✓", style="green") if ok else Text(" ✗", style="red") if ok is not None else Text("")
-            line = Text(f"{value.get('baseline', '?')} → {value.get('candidate', '?')}") + mark
-            table.add_row(name, line)
-        else:
-            table.add_row(name, str(value))
-    reasons = list(summary.get("reasons") or []) + ([refusal] if refusal else [])
+    baseline, candidate = as_mapping(record.get("baseline")), as_mapping(record.get("candidate"))
+    for label, key, fmt in EVIDENCE:
+        if key in baseline and key in candidate:
+            table.add_row(label, f"{fmt.format(baseline[key])} → {fmt.format(candidate[key])}")
     for reason in reasons:
-        table.add_row("reason", Text(str(reason), style="red"))
+        refused = any(word in reason for word in REFUSAL_WORDS)
+        table.add_row("✗" if refused else "✓", Text(reason, style="red" if refused else "green"))
     return table
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.markup import escape
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -14,7 +15,7 @@ from textual.widgets import (Button, DataTable, Footer, Input, Label, ProgressBa
 
 from appliance.events import EvalFinished, Progress, RunFailed, RunStarted
 from appliance.task import BUCKETS
-from tui.data import as_mapping, eval_samples, pick, recent_evals, safe_rows
+from tui.data import as_mapping, bucket_counts, eval_samples, pack_splits, pick, recent_evals
 from tui.engine import EngineEvent, EngineExited
 from tui.widgets.bucket_chart import BucketChart
 from tui.widgets.metric_table import MetricTable, format_metric, metric_value
@@ -27,17 +28,31 @@ def metrics_of(row: dict[str, Any]) -> dict[str, Any]:
     return {**row, **as_mapping(row.get("metrics"))}
 
 
+def stored_recommendation(metrics: dict[str, Any]) -> str:
+    """`action: reason`, as EvalFinished.recommendation spells it, from a stored eval's metrics."""
+    stored = as_mapping(metrics.get("recommendation"))
+    return f"{stored['action']}: {stored.get('reason', '')}" if stored.get("action") else ""
+
+
 def recommendation_text(recommendation: str, metrics: dict[str, Any]) -> str:
-    """The engine's recommendation with the numbers it rests on."""
+    """The engine's recommendation (`action: reason`) with the numbers it rests on."""
     if not recommendation:
         return "[dim]no recommendation yet — run an eval (r)[/]"
+    action, _, reason = recommendation.partition(": ")
     numbers = " · ".join(
         f"{label} {format_metric(metric_value(metrics, keys), 'pct')}"
-        for label, keys in (("valid JSON", ("valid_json_rate",)), ("pass@1", ("pass_at_1",)),
-                            ("pass@k", ("pass_at_k",)))
+        for label, keys in (("valid JSON", ("valid_json_rate",)), ("pass@1", ("pass@1",)),
+                            ("pass@k", ("pass@k",)))
     )
-    reason = metrics.get("recommendation_reason", "")
-    return f"[b]Recommendation:[/] [b $accent]{recommendation}[/]  {numbers}" + (f"\n{reason}" if reason else "")
+    return f"[b]Recommendation:[/] [b $accent]{action.upper()}[/]  {numbers}\n{escape(reason)}"
+
+
+def success_line(success: Any) -> str:
+    """One line for a paired-bootstrap SuccessDelta (B minus A, per task)."""
+    verdict = ("[green]B is better[/]" if success.significant_improvement else
+               "[red]B is worse[/]" if success.significant_regression else "no significant difference")
+    return (f"per-task success B−A {success.delta:+.3f} (95% interval {success.low:+.3f} … {success.high:+.3f}, "
+            f"{success.n_tasks} tasks): {verdict}")
 
 
 def eval_args(app: Any, split: str, k: str, limit: str, adapter: str) -> list[str]:
@@ -63,6 +78,11 @@ class EvaluateScreen(Screen):
             super().__init__()
             self.evals = evals
 
+    class Compared(Message):
+        def __init__(self, a: str, b: str, line: str) -> None:
+            super().__init__()
+            self.a, self.b, self.line = a, b, line
+
     class SamplesLoaded(Message):
         def __init__(self, eval_id: str, samples: list[dict], buckets: dict[str, int]) -> None:
             super().__init__()
@@ -73,12 +93,14 @@ class EvaluateScreen(Screen):
         self.eval_id = ""
         self.evals: dict[str, dict[str, Any]] = {}
         self.samples: list[dict[str, Any]] = []
+        self.splits: list[str] = []
 
     def compose(self) -> ComposeResult:
         yield NavBar("Evaluate")
         with Horizontal(id="eval-form", classes="form-row"):
             yield Label("split")
-            yield Select([("val", "val"), ("test", "test")], value="val", id="split", compact=True,
+            self.splits = pack_splits(self.app.tasks_root, self.app.pack)
+            yield Select([(s, s) for s in self.splits], value=self.splits[0], id="split", compact=True,
                          allow_blank=False)
             yield Label("k")
             yield Input("4", id="k", compact=True, type="integer")
@@ -107,6 +129,7 @@ class EvaluateScreen(Screen):
                 with Horizontal(classes="form-row"):
                     yield Select([], prompt="eval A", id="compare-a", compact=True)
                     yield Select([], prompt="eval B", id="compare-b", compact=True)
+                yield Static("choose two evals", id="compare-success", classes="muted")
                 yield MetricTable(id="compare")
         yield Footer()
 
@@ -169,6 +192,18 @@ class EvaluateScreen(Screen):
 
     # --- store reads ---------------------------------------------------------------
 
+    def on_screen_resume(self) -> None:
+        self._refresh_splits()
+
+    def _refresh_splits(self) -> None:
+        # The pack may have changed on Home; its manifest names the held-out splits.
+        splits = pack_splits(self.app.tasks_root, self.app.pack)
+        if splits != self.splits:
+            self.splits = splits
+            select = self.query_one("#split", Select)
+            select.set_options([(s, s) for s in splits])
+            select.value = splits[0]
+
     def action_refresh(self) -> None:
         self.load_evals()
 
@@ -179,10 +214,7 @@ class EvaluateScreen(Screen):
     @work(thread=True, exclusive=True, exit_on_error=False, group="eval-samples")
     def load_samples(self, eval_id: str) -> None:
         data = self.app.data
-        samples = eval_samples(data, eval_id)
-        counts = safe_rows(data, "SELECT bucket, count(*) AS n FROM eval_samples WHERE eval_id = ? GROUP BY bucket",
-                           [eval_id])
-        self.post_message(self.SamplesLoaded(eval_id, samples, {r["bucket"]: r["n"] for r in counts}))
+        self.post_message(self.SamplesLoaded(eval_id, eval_samples(data, eval_id), bucket_counts(data, eval_id)))
 
     @on(EvalsLoaded)
     def _evals_loaded(self, message: EvalsLoaded) -> None:
@@ -196,8 +228,8 @@ class EvaluateScreen(Screen):
                 select.value = current
         if not self.eval_id and message.evals:
             latest = message.evals[0]
-            self.show_eval(str(latest.get("eval_id", "")), metrics_of(latest),
-                           str(pick(latest, "recommendation", default="")))
+            metrics = metrics_of(latest)
+            self.show_eval(str(latest.get("eval_id", "")), metrics, stored_recommendation(metrics))
 
     @on(SamplesLoaded)
     def _samples_loaded(self, message: SamplesLoaded) -> None:
@@ -236,3 +268,17 @@ class EvaluateScreen(Screen):
         chosen = [self.query_one(s, Select).value for s in ("#compare-a", "#compare-b")]
         evals = [(str(c), metrics_of(self.evals[c])) if c in self.evals else ("—", {}) for c in chosen]
         self.query_one("#compare", MetricTable).show(*evals)
+        if all(c in self.evals for c in chosen):
+            self.compare_success(str(chosen[0]), str(chosen[1]))
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="eval-compare")
+    def compare_success(self, a: str, b: str) -> None:
+        # The engine's own comparison (paired bootstrap over tasks), the same as `appliance eval compare`.
+        from appliance.evaluate.stored import compare_stored
+
+        success = compare_stored(self.app.data, a, b)["success"]
+        self.post_message(self.Compared(a, b, success_line(success)))
+
+    @on(Compared)
+    def _compared(self, message: Compared) -> None:
+        self.query_one("#compare-success", Static).update(message.line)

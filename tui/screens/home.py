@@ -20,18 +20,14 @@ BACKENDS = ("auto", "hf", "vllm")
 
 def backend_reason(report: dict[str, Any]) -> str:
     """The doctor's backend choice and why, in one line."""
-    backend = report.get("backend")
-    if isinstance(backend, dict):
-        return f"{backend.get('choice', '?')}: {backend.get('reason', '')}".strip(": ")
-    if backend:
-        return f"{backend}: {report.get('backend_reason', '')}".strip(": ")
-    return "auto picks vLLM when a GPU and vLLM are present, else Hugging Face."
+    lines = [f"{title}: {report[key]}" for title, key in (("generation", "generation_backend"),
+                                                          ("training", "train_backend")) if report.get(key)]
+    return "\n".join(lines) or "auto picks vLLM when a GPU and vLLM are present, else Hugging Face."
 
 
 def eval_headline(row: dict[str, Any]) -> str:
     """pass@1 (or success rate) of an eval row, from a column or its metrics JSON."""
-    metrics = as_mapping(row.get("metrics"))
-    value = pick(row, "pass_at_1", "success_rate", default=pick(metrics, "pass_at_1", "success_rate"))
+    value = pick(as_mapping(row.get("metrics")), "pass@1", default=row.get("success_rate"))
     return f"{value:.2f}" if isinstance(value, (int, float)) else "—"
 
 
@@ -140,7 +136,7 @@ class HomeScreen(Screen):
         self.query_one("#evals-empty").display = not message.evals
         evals.display = bool(message.evals)
         promoted = message.promoted
-        label = pick(promoted, "checkpoint_id", "path", default="?") if promoted else "none (base model)"
+        label = pick(promoted, "id", "path", default="?") if promoted else "none (base model)"
         self.query_one("#promoted", Static).update(f"[b]Promoted[/] {label}")
 
     @on(Select.Changed)

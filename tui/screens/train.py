@@ -137,6 +137,7 @@ class TrainScreen(Screen):
             self.run_id = event.run_id
             status.update(f"run {event.run_id} started")
         elif isinstance(event, CheckpointSaved):
+            self.query_one(TrainCharts).add(event.step, event.metrics)  # held-out success arrives here
             self.notify(f"Checkpoint saved at step {event.step}: {event.path}")
         elif isinstance(event, RunFinished):
             status.update(f"run {event.run_id} finished")

@@ -10,15 +10,12 @@ from textual.widgets import Static
 def gpu_line(report: dict[str, Any]) -> str:
     """'NVIDIA H200 · 3.1/139.0 GiB' or why there is no GPU."""
     gpu = report.get("gpu")
-    if isinstance(gpu, list):
-        gpu = gpu[0] if gpu else None
     if not gpu:
-        return "none (CPU only)" if report else "asking the engine…"
-    if isinstance(gpu, str):
-        return gpu
-    name = gpu.get("name", "GPU")
-    used, total = gpu.get("vram_used_gib"), gpu.get("vram_total_gib")
-    return f"{name} · {used:.1f}/{total:.1f} GiB" if used is not None and total else name
+        return "asking the engine…" if not report else "unknown"
+    used, total = report.get("vram_used_gib"), report.get("vram_total_gib")
+    if isinstance(used, (int, float)) and isinstance(total, (int, float)):
+        return f"{gpu} · VRAM {used:.1f}/{total:.1f} GiB"
+    return str(gpu)
 
 
 def ram_line(stats: dict[str, Any]) -> str:
@@ -47,6 +44,9 @@ class HardwarePanel(Static):
         cpu = self.stats.get("cpu", "…")
         table.add_row("CPU", f"{cpu} ×{self.stats.get('cpus', '?')}")
         table.add_row("RAM", ram_line(self.stats))
+        for warning in self.report.get("version_warnings") or []:
+            if warning != "none":
+                table.add_row("[yellow]versions[/]", str(warning))
         if "error" in self.report:
             table.add_row("engine", f"[red]{self.report['error']}[/]")
         self.update(table)

@@ -12,8 +12,8 @@ METRICS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("correct argument rate", "pct", ("correct_argument_rate", "correct_arguments_rate", "arguments_rate")),
     ("execution success rate", "pct", ("execution_success_rate", "execution_rate")),
     ("unsafe action rate", "pct", ("unsafe_action_rate", "unsafe_rate")),
-    ("pass@1", "pct", ("pass_at_1", "pass@1")),
-    ("pass@k", "pct", ("pass_at_k", "pass@k")),
+    ("pass@1", "pct", ("pass@1", "pass_at_1")),
+    ("pass@k", "pct", ("pass@k", "pass_at_k")),
     ("mean reward", "num", ("mean_reward", "reward_mean")),
     ("latency p50", "sec", ("latency_p50_s", "latency_p50")),
     ("latency p95", "sec", ("latency_p95_s", "latency_p95")),
@@ -22,6 +22,8 @@ METRICS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
 
 
 def metric_value(metrics: dict[str, Any], keys: Sequence[str]) -> float | None:
+    if "pass@k" in keys and "pass@k" not in metrics:
+        keys = [*keys, f"pass@{metrics.get('k', '')}"]  # the engine names it after k: pass@4
     for key in keys:
         value = metrics.get(key)
         if isinstance(value, (int, float)) and not isinstance(value, bool):

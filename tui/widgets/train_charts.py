@@ -18,11 +18,13 @@ CHARTS = (
     ("length", "completion length"),
     ("kl", "KL"),
 )
-HELDOUT_KEYS = ("heldout/success", "heldout_success", "eval/success_rate", "eval/pass_at_1")
-LENGTH_KEYS = ("completion_length", "completions/mean_length")
+# CheckpointSaved.metrics carries the held-out eval as heldout/<metric>.
+HELDOUT_KEYS = ("heldout/heldout_success", "heldout/success_rate", "heldout/execution_success_rate",
+                "heldout/success")
+LENGTH_KEYS = ("completion/mean_tokens", "completions/mean_length")
 KL_KEYS = ("kl",)
-GENERATION_TIME_KEYS = ("time/generation_s", "generation_s")
-UPDATE_TIME_KEYS = ("time/update_s", "update_s")
+GENERATION_TIME_KEYS = ("time/generate_s",)
+UPDATE_TIME_KEYS = ("time/update_s",)
 
 
 def first(metrics: dict[str, Any], keys: tuple[str, ...]) -> float | None:
@@ -33,15 +35,13 @@ def first(metrics: dict[str, Any], keys: tuple[str, ...]) -> float | None:
 
 
 def reward_components(metrics: dict[str, Any]) -> dict[str, float]:
-    """`reward` (the total) and every `reward/<name>` or TRL `rewards/<name>/mean`."""
+    """`reward/mean` (the total) and every component's `reward/<name>/mean`."""
     series: dict[str, float] = {}
     for key, value in metrics.items():
-        if not isinstance(value, (int, float)):
+        if not isinstance(value, (int, float)) or not key.startswith("reward/") or key.endswith("std"):
             continue
-        if key == "reward":
-            series["total"] = float(value)
-        elif key.startswith(("reward/", "rewards/")) and not key.endswith("/std"):
-            series[key.split("/", 1)[1].removesuffix("/mean")] = float(value)
+        name = key.removeprefix("reward/").removesuffix("/mean")
+        series["total" if name == "mean" else name] = float(value)
     return series
 
 

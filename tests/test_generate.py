@@ -1,0 +1,196 @@
+"""Generation: batching, ordering, stop strings, adapters, backend choice, and the vLLM adapter layer."""
+from __future__ import annotations
+
+import sys
+import types
+from dataclasses import dataclass
+
+import pytest
+
+from appliance.errors import ApplianceError
+from appliance.generate import choose_backend, make_generator, trim_at_stop
+from appliance.generate.hf import HFGenerator
+from appliance.generate.vllm import VLLMGenerator
+from appliance.models import load_model
+from appliance.prompting import render_prompt
+
+REQUESTS = [
+    "Schedule a meeting with Carlos on Friday at 10:00 about the quarterly budget review and invite Nadia.",
+    "Delete the task.",
+    "Find the average visitors per day over the last two weeks.",
+    "Reply to the email from Nadia about the dashboard.",
+    "Plot it.",
+]
+
+
+@pytest.fixture(scope="module")
+def loaded(tiny_model_dir):
+    return load_model(tiny_model_dir)
+
+
+@pytest.fixture(scope="module")
+def prompts(loaded):
+    _, tokenizer = loaded
+    return [render_prompt(tokenizer, "You are helpful.", [{"role": "user", "content": r}], []) for r in REQUESTS]
+
+
+def texts(results):
+    return [[sample.text for sample in samples] for samples in results]
+
+
+def test_batched_greedy_matches_one_at_a_time(loaded, prompts):
+    model, tokenizer = loaded
+    batched = HFGenerator(model, tokenizer, batch_size=8).generate(prompts, max_new_tokens=16)
+    single = HFGenerator(model, tokenizer, batch_size=1).generate(prompts, max_new_tokens=16)
+    assert texts(batched) == texts(single)
+    assert [s[0].prompt_tokens for s in batched] == [len(tokenizer(p)["input_ids"]) for p in prompts]
+    assert len({s[0].prompt_tokens for s in batched}) == len(prompts)  # lengths differ, so padding was exercised
+
+
+def test_n_samples_per_prompt_come_back_in_prompt_order(loaded, prompts):
+    model, tokenizer = loaded
+    generator = HFGenerator(model, tokenizer, batch_size=6)
+    greedy = generator.generate(prompts, max_new_tokens=12)
+    # A near-zero temperature samples the greedy answer, through the num_return_sequences path.
+    cold = generator.generate(prompts, n=3, temperature=1e-4, max_new_tokens=12, seed=0)
+    assert texts(cold) == [[samples[0].text] * 3 for samples in greedy]
+    repeated = generator.generate(prompts[:2], n=4, temperature=0, max_new_tokens=12)
+    assert [len(samples) for samples in repeated] == [4, 4]
+
+
+def test_sampling_is_reproducible_with_a_seed_and_varied_within_a_prompt(loaded, prompts):
+    model, tokenizer = loaded
+    generator = HFGenerator(model, tokenizer, batch_size=8)
+    first = generator.generate(prompts[:2], n=4, temperature=1.5, max_new_tokens=12, seed=7)
+    again = generator.generate(prompts[:2], n=4, temperature=1.5, max_new_tokens=12, seed=7)
+    assert texts(first) == texts(again)
+    assert all(len(set(samples)) > 1 for samples in texts(first))
+
+
+def test_stop_strings_end_and_trim_the_text(loaded, prompts):
+    model, tokenizer = loaded
+    generator = HFGenerator(model, tokenizer, batch_size=8)
+    [[full]] = generator.generate(prompts[:1], max_new_tokens=40)
+    stop = next(full.text[i : i + 2] for i in range(3, len(full.text)) if full.text[i : i + 2].isascii() and full.text[i : i + 2].strip())
+    [[cut]] = generator.generate(prompts[:1], max_new_tokens=40, stop=["@@never@@", stop])
+    assert cut.text == full.text[: full.text.find(stop)]
+    assert cut.finish_reason == "stop" and cut.completion_tokens <= full.completion_tokens
+
+
+def test_finish_reason_and_token_counts(loaded, prompts):
+    model, tokenizer = loaded
+    results = HFGenerator(model, tokenizer).generate(prompts, max_new_tokens=6)
+    for [sample] in results:
+        assert 1 <= sample.completion_tokens <= 6 and sample.latency_s > 0
+        assert sample.finish_reason == ("length" if sample.completion_tokens == 6 else "stop")
+
+
+def test_trim_at_stop_uses_the_earliest_stop():
+    assert trim_at_stop('{"a": 1}\n\nmore', ["more", "\n\n"]) == ('{"a": 1}', True)
+    assert trim_at_stop("plain", None) == ("plain", False)
+    assert trim_at_stop("plain", [""]) == ("plain", False)
+
+
+def test_lora_adapter_changes_the_outputs(tiny_model_dir, tmp_path, prompts):
+    from peft import LoraConfig, PeftModel, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    config = LoraConfig(r=4, lora_alpha=16, target_modules=["q_proj", "v_proj", "o_proj"], init_lora_weights=False)
+    get_peft_model(base, config).save_pretrained(tmp_path / "adapter")
+
+    plain = HFGenerator.load(str(tiny_model_dir)).generate(prompts, max_new_tokens=12)
+    adapted = HFGenerator.load(str(tiny_model_dir), adapter=tmp_path / "adapter").generate(prompts, max_new_tokens=12)
+    assert texts(adapted) != texts(plain)
+
+    trainable, _ = load_model(tiny_model_dir, adapter=tmp_path / "adapter", for_training=True)
+    assert isinstance(trainable, PeftModel)
+    assert any(p.requires_grad for name, p in trainable.named_parameters() if "lora_" in name)
+
+
+def test_make_generator_on_a_cpu_picks_transformers_and_says_why(tiny_model_dir):
+    generator, reason = make_generator("auto", model=str(tiny_model_dir), batch_size=4)
+    assert isinstance(generator, HFGenerator) and generator.batch_size == 4
+    assert "CPU" in reason or "not installed" in reason
+    assert choose_backend("hf") == ("hf", "transformers backend, as requested")
+
+
+def test_asking_for_vllm_without_it_is_one_sentence(monkeypatch):
+    import importlib.util
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real_find_spec(name, *a))
+    with pytest.raises(ApplianceError, match="vLLM is not installed"):
+        choose_backend("vllm")
+    with pytest.raises(ApplianceError, match="Unknown generation backend"):
+        choose_backend("tgi")
+
+
+# --- the vLLM layer, against a stand-in for vllm's types ---------------------------
+
+
+@dataclass
+class FakeCompletion:
+    text: str
+    token_ids: list[int]
+    finish_reason: str
+
+
+@dataclass
+class FakeRequestOutput:
+    prompt_token_ids: list[int]
+    outputs: list[FakeCompletion]
+
+
+class FakeSamplingParams:
+    def __init__(self, **kwargs):
+        self.__dict__.update(kwargs)
+
+
+class FakeUnslothModel:
+    """Unsloth's colocated model: fast_generate is vLLM's generate; load_lora makes a LoRARequest."""
+
+    def __init__(self):
+        self.calls = []
+
+    def load_lora(self, path, load_tensors=False):
+        return ("lora", path, load_tensors)
+
+    def fast_generate(self, prompts, sampling_params=None, lora_request=None):
+        self.calls.append((prompts, sampling_params, lora_request))
+        return [
+            FakeRequestOutput(
+                prompt_token_ids=list(range(len(prompt))),
+                outputs=[FakeCompletion(f"{prompt}-{i}", [5] * (i + 1), "length" if i else "stop") for i in range(sampling_params.n)],
+            )
+            for prompt in prompts
+        ]
+
+
+@pytest.fixture
+def fake_vllm(monkeypatch):
+    module = types.ModuleType("vllm")
+    module.SamplingParams = FakeSamplingParams
+    monkeypatch.setitem(sys.modules, "vllm", module)
+    return module
+
+
+def test_vllm_generator_reuses_an_unsloth_engine_with_its_adapter(fake_vllm, tmp_path):
+    engine = FakeUnslothModel()
+    generator, reason = make_generator("auto", engine=engine, adapter=tmp_path / "step-10")
+    assert isinstance(generator, VLLMGenerator) and "reusing" in reason
+    results = generator.generate(["ab", "cde"], n=2, temperature=0.8, top_p=0.9, max_new_tokens=32, stop=["\n\n"], seed=3)
+    [(prompts, params, lora)] = engine.calls
+    assert prompts == ["ab", "cde"] and lora == ("lora", str(tmp_path / "step-10"), True)
+    assert (params.n, params.temperature, params.top_p, params.max_tokens, params.stop, params.seed) == (2, 0.8, 0.9, 32, ["\n\n"], 3)
+    assert texts(results) == [["ab-0", "ab-1"], ["cde-0", "cde-1"]]
+    assert [s.finish_reason for s in results[1]] == ["stop", "length"]
+    assert (results[1][1].completion_tokens, results[1][1].prompt_tokens) == (2, 3)
+
+
+def test_vllm_greedy_decodes_once_and_repeats(fake_vllm):
+    engine = FakeUnslothModel()
+    results = VLLMGenerator(engine).generate(["ab"], n=3, temperature=0, max_new_tokens=8)
+    [(_, params, lora)] = engine.calls
+    assert params.n == 1 and params.temperature == 0.0 and lora is None
+    assert texts(results) == [["ab-0"] * 3]

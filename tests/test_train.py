@@ -1,0 +1,175 @@
+"""Tiny-model CPU runs: SFT and GRPO change the LoRA, land rows and checkpoints, and resume cleanly."""
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from appliance.task import Task, ToolCall, Verdict
+from appliance.train import TrainConfig, run_grpo, run_sft
+from appliance import checkpoints as registry
+
+TOOLS = [{"type": "function", "function": {"name": "send_email", "description": "Send an email",
+                                           "parameters": {"type": "object", "properties": {"to": {"type": "string"}}}}}]
+
+
+@dataclasses.dataclass
+class TinyPack:
+    """Duck-typed stand-in for appliance.packs.Pack (name, tools, system_prompt, tasks, task, data_hash)."""
+
+    name: str = "tiny"
+    tools: list = dataclasses.field(default_factory=lambda: TOOLS)
+    system_prompt: str = "You are a helpful assistant."
+    reward_scheme: str = "binary"
+    max_turns: int = 1
+
+    def tasks(self, split: str) -> list[Task]:
+        requests = ["Email Carlos about the budget.", "Email Nadia about the dashboard.",
+                    "Email Sam about Friday.", "Email Ana about the plot."]
+        return [Task(id=f"t{i}", messages=({"role": "user", "content": text},),
+                     expected=(ToolCall("send_email", {"to": text.split()[1]}),)) for i, text in enumerate(requests)]
+
+    def task(self, task_id: str) -> Task:
+        return next(t for t in self.tasks("train") if t.id == task_id)
+
+    def data_hash(self) -> str:
+        return "sha256:tiny"
+
+
+def length_reward(prompts, completions, **kwargs):
+    """Varies across a group even for a random model, so advantages are non-zero."""
+    return [min(len(c), 40) / 40 for c in completions]
+
+
+def exact_reward(prompts, completions, **kwargs):
+    return [1.0 if c.strip().startswith('{"name": "send_email"') else 0.0 for c in completions]
+
+
+def fake_verify(task_id: str, text: str) -> Verdict:
+    ok = text.strip().startswith("{")
+    return Verdict(parse_ok=ok, schema_ok=ok, tool_ok=False, arguments_ok=False, arguments_fraction=0.0,
+                   executed_ok=False, state_match=False, unsafe=False, unsafe_rule=None,
+                   bucket="wrong_tool" if ok else "format_error", reason="tiny", n_calls=int(ok))
+
+
+def lora_tensors(adapter_dir: Path) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(str(Path(adapter_dir) / "adapter_model.safetensors"))
+
+
+def changed(before: dict, after: dict) -> bool:
+    import torch
+
+    return any(not torch.equal(before[k], after[k]) for k in before)
+
+
+@pytest.fixture
+def config(tiny_model_dir, tmp_path) -> TrainConfig:
+    return TrainConfig(model=str(tiny_model_dir), pack="tiny", backend="cpu", steps=1, learning_rate=1e-2,
+                       lora_r=4, lora_alpha=8, num_generations=4, prompts_per_step=2, max_completion_tokens=12,
+                       temperature=1.0, eval_every=1, batch_size=4, max_seq_length=256,
+                       output=str(tmp_path / "checkpoints"), workspace=str(tmp_path / "runs"))
+
+
+def grpo(config, **kwargs):
+    return run_grpo(config, pack=TinyPack(), reward_funcs=[length_reward, exact_reward],
+                    reward_weights=[1.0, 1.0], verify=fake_verify, **kwargs)
+
+
+def initial_adapter(config, tmp_path) -> Path:
+    """The LoRA a run starts from, saved with the same seed (B is zero, A is seeded)."""
+    from appliance.train.cpu import CpuBackend
+
+    model, _ = CpuBackend().load_for_training(config)
+    out = tmp_path / "init"
+    model.save_pretrained(str(out))
+    return out
+
+
+def test_sft_step_changes_lora_and_saves_checkpoint(config, tmp_path):
+    seen = []
+    evals = []
+    result = run_sft(config, pack=TinyPack(), sink=seen.append,
+                     on_eval=lambda path, step: evals.append((path, step)) or {"success_rate": 0.25})
+    before = lora_tensors(initial_adapter(dataclasses.replace(config, stage="sft"), tmp_path))
+    after = lora_tensors(result.final_adapter)
+    assert changed(before, after)
+    manifest = registry.load_manifest(result.final_adapter)
+    assert manifest["stage"] == "sft" and manifest["step"] == 1
+    assert manifest["metrics"]["heldout"] == {"success_rate": 0.25}
+    assert manifest["base_model"]["hash"].startswith("sha256:")
+    assert manifest["pack"] == {"name": "tiny", "data_hash": "sha256:tiny"}
+    assert evals == [(result.final_adapter, 1)]
+    types = [e.type for e in seen]
+    assert types[0] == "run_started" and "step_metrics" in types and "checkpoint_saved" in types
+    assert types[-1] == "run_finished"
+    assert json.loads((Path(result.run_dir) / "config.json").read_text())["stage"] == "sft"
+
+
+def test_grpo_step_changes_lora_writes_rollouts_and_checkpoint(config, tmp_path):
+    from appliance.store import Workspace
+
+    seen = []
+    result = grpo(config, sink=seen.append)
+    before = lora_tensors(initial_adapter(config, tmp_path))
+    assert changed(before, lora_tensors(result.final_adapter))
+    ws = Workspace.open(config.workspace)
+    _, rows = ws.query("SELECT step, task_id, sample_index, reward, components['length_reward'], v_bucket, "
+                       "advantage, completion_tokens, prompt_tokens, components['exact_reward'] "
+                       "FROM rollouts WHERE run_id = ?", [result.run_id])
+    assert len(rows) == 8  # 2 prompts x 4 generations
+    assert {r[0] for r in rows} == {1}
+    assert sorted(r[2] for r in rows) == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert all(r[5] in ("format_error", "wrong_tool") for r in rows)
+    assert all(r[6] is not None and r[7] is not None and r[8] > 0 for r in rows)
+    assert all(abs(r[3] - (r[4] + r[9])) < 1e-9 for r in rows)  # total = weighted sum of components
+    _, ck = ws.query("SELECT id, step FROM checkpoints WHERE run_id = ?", [result.run_id])
+    assert ck == [(f"{result.run_id}/step-00001", 1)]
+    metrics = next(e for e in seen if e.type == "step_metrics").metrics
+    for key in ("reward/mean", "reward/std", "reward/length_reward/mean", "frac_reward_zero_std",
+                "completion/mean_tokens", "completion/clipped_ratio", "entropy", "time/step_s",
+                "time/generate_s", "time/update_s", "train/success_rate", "memory/peak_gb"):
+        assert key in metrics, key
+    assert sum(e.type == "rollout_scored" for e in seen) == 8
+
+
+class SimulatedKill(Exception):
+    pass
+
+
+def test_grpo_resume_after_kill_has_no_duplicate_rollouts(config):
+    from appliance.store import Workspace
+
+    config = dataclasses.replace(config, steps=3, eval_every=1)
+
+    def die_at_step_2(event):  # after step 2's rollouts are stored, before its checkpoint
+        if event.type == "step_metrics" and event.step == 2:
+            raise SimulatedKill()
+
+    with pytest.raises(SimulatedKill):
+        grpo(config, sink=die_at_step_2)
+    run_id = next(p.name for p in Path(config.workspace).iterdir() if p.name.startswith("grpo-"))
+    ws = Workspace.open(config.workspace)
+    _, rows = ws.query("SELECT step, count(*) FROM rollouts WHERE run_id = ? GROUP BY step ORDER BY step", [run_id])
+    assert rows == [(1, 8), (2, 8)]
+
+    result = grpo(dataclasses.replace(config, resume_from=run_id))
+    assert result.run_id == run_id and result.resumed_from_step == 1
+    _, rows = ws.query("SELECT step, count(*), count(DISTINCT task_id || '/' || sample_index) FROM rollouts "
+                       "WHERE run_id = ? GROUP BY step ORDER BY step", [run_id])
+    assert rows == [(1, 8, 8), (2, 8, 8), (3, 8, 8)]
+    assert [c.step for c in registry.list_checkpoints(config.output, run_id)] == [1, 2, 3]
+    state = json.loads((Path(result.run_dir) / "trainer" / "checkpoint-3" / "trainer_state.json").read_text())
+    assert state["global_step"] == 3
+    parent = registry.load_manifest(Path(config.output) / run_id / "step-00003")["parent"]
+    assert parent == f"{run_id}/step-00002"
+
+
+def test_dapo_preset_runs_and_reports_dropped_groups(config):
+    seen = []
+    grpo(dataclasses.replace(config, preset="dapo"), sink=seen.append)
+    metrics = next(e for e in seen if e.type == "step_metrics").metrics
+    assert 0.0 <= metrics["frac_groups_dropped"] <= 1.0

@@ -1,0 +1,141 @@
+"""Unit tests for training pieces that need no model: presets, alarms, versions, config, filtering, isolation."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from appliance.errors import ApplianceError
+from appliance.train import PRESETS, TrainConfig, check_reward_hacking, check_versions, grpo_options, pick_backend
+from appliance.train.callbacks import drop_zero_variance_groups, rename_metrics
+from appliance.train.config import field_help
+
+
+# ---------------------------------------------------------------- presets
+
+EXPECTED = {
+    "grpo": {"loss_type": "grpo", "scale_rewards": "group", "importance_sampling_level": "token",
+             "epsilon": 0.2, "epsilon_high": 0.2, "mask_truncated_completions": False},
+    "dr_grpo": {"loss_type": "dr_grpo", "scale_rewards": "none", "importance_sampling_level": "token",
+                "epsilon": 0.2, "epsilon_high": 0.2, "mask_truncated_completions": False},
+    "dapo": {"loss_type": "dapo", "scale_rewards": "group", "importance_sampling_level": "token",
+             "epsilon": 0.2, "epsilon_high": 0.28, "mask_truncated_completions": True},
+    "gspo": {"loss_type": "grpo", "scale_rewards": "group", "importance_sampling_level": "sequence",
+             "epsilon": 3e-4, "epsilon_high": 4e-4, "mask_truncated_completions": False},
+}
+
+
+@pytest.mark.parametrize("preset", sorted(EXPECTED))
+def test_preset_maps_to_explicit_trl_options(preset, tmp_path):
+    from trl import GRPOConfig
+
+    options = grpo_options(preset, beta=0.0)
+    args = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, per_device_train_batch_size=4, num_generations=4,
+                      report_to="none", **options)
+    for name, value in {**EXPECTED[preset], "beta": 0.0, "num_iterations": 1,
+                        "vllm_importance_sampling_correction": True}.items():
+        assert getattr(args, name) == value, (preset, name)
+
+
+def test_presets_table_is_complete_and_overrides_apply():
+    assert set(PRESETS) == set(EXPECTED)
+    assert grpo_options("grpo", beta=0.04, epsilon=0.1)["epsilon_high"] == 0.1
+    assert grpo_options("dapo", beta=0, epsilon=0.1)["epsilon_high"] == 0.28
+    assert grpo_options("gspo", beta=0, epsilon_high=1e-3)["epsilon_high"] == 1e-3
+    assert grpo_options("dr_grpo", beta=0.04)["beta"] == 0.04
+
+
+# ---------------------------------------------------------------- zero-variance filtering
+
+def test_drop_zero_variance_groups_masks_only_flat_groups():
+    import torch
+
+    output = {"advantages": torch.tensor([0.0, 0.0, 0.0, 1.0, -1.0, 0.0]),
+              "completion_mask": torch.ones(6, 3, dtype=torch.long)}
+    dropped = drop_zero_variance_groups(output, group_size=3)
+    assert dropped == pytest.approx(0.5)
+    assert output["tool_mask"][:, 0].tolist() == [0, 0, 0, 1, 1, 1]
+    assert int(output["num_items_in_batch"]) == 9
+
+
+# ---------------------------------------------------------------- reward hacking alarm
+
+def test_alarm_when_train_reward_rises_but_heldout_is_flat():
+    history = [{"step": 4, "train_reward": 0.2, "heldout_success": 0.30},
+               {"step": 8, "train_reward": 0.5, "heldout_success": 0.30}]
+    alarm = check_reward_hacking(history, run_id="r")
+    assert alarm is not None and alarm.kind == "reward_hacking" and alarm.step == 8 and alarm.run_id == "r"
+
+
+def test_alarm_when_shaped_reward_rises_but_strict_success_falls():
+    history = [{"step": 4, "shaped_reward": 0.3, "strict_success": 0.23},
+               {"step": 8, "shaped_reward": 0.6, "strict_success": 0.15}]
+    alarm = check_reward_hacking(history)
+    assert alarm is not None and "shaping" in alarm.message
+
+
+@pytest.mark.parametrize("history", [
+    [],
+    [{"step": 4, "train_reward": 0.2, "heldout_success": 0.3}],
+    [{"step": 4, "train_reward": 0.2, "heldout_success": 0.3}, {"step": 8, "train_reward": 0.5, "heldout_success": 0.4}],
+    [{"step": 4, "train_reward": 0.5, "heldout_success": 0.3}, {"step": 8, "train_reward": 0.3, "heldout_success": 0.2}],
+    [{"step": 4, "shaped_reward": 0.3, "strict_success": 0.2}, {"step": 8, "shaped_reward": 0.6, "strict_success": 0.2}],
+    [{"step": 4, "train_reward": 0.2}, {"step": 8, "train_reward": 0.9}],  # no held-out numbers: no claim
+])
+def test_no_alarm_when_success_follows_reward(history):
+    assert check_reward_hacking(history) is None
+
+
+# ---------------------------------------------------------------- versions and backends
+
+def test_check_versions_flags_drift_per_path():
+    good_gpu = {"torch": "2.14.0+cu128", "transformers": "5.17.0", "trl": "1.15.0", "peft": "0.21.2",
+                "vllm": "0.33.0", "unsloth": "2026.10.9", "bitsandbytes": "0.50.2"}
+    assert check_versions("gpu", installed=good_gpu) == []
+    drifted = {**good_gpu, "trl": "1.16.0", "vllm": None}
+    warnings = check_versions("gpu", installed=drifted)
+    assert len(warnings) == 2 and any("trl 1.16.0" in w for w in warnings) and any("vllm" in w for w in warnings)
+    cpu = {"torch": "2.13.0", "transformers": "5.17.0", "trl": "1.16.3", "peft": "0.21.2"}
+    assert check_versions("cpu", installed=cpu) == []
+    assert check_versions("cpu", installed={**cpu, "trl": "1.15.0"})
+    assert check_versions(installed=cpu) == []  # no unsloth: the cpu path is inferred
+
+
+def test_pick_backend_on_this_machine():
+    name, reason = pick_backend("auto")
+    assert name == "cpu" and reason
+    with pytest.raises(ApplianceError):
+        pick_backend("tpu")
+
+
+def test_importing_train_loads_no_backend_or_heavy_library():
+    code = ("import sys, json, appliance.train, appliance.checkpoints; "
+            "print(json.dumps([m for m in ('unsloth', 'vllm', 'torch', 'trl', 'transformers', 'peft', "
+            "'appliance.train.unsloth_backend', 'appliance.train.cpu') if m in sys.modules]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == []
+
+
+# ---------------------------------------------------------------- config
+
+def test_config_round_trips_and_documents_every_field(tmp_path):
+    config = TrainConfig(stage="sft", steps=3, lora_targets="q_proj, v_proj")
+    assert TrainConfig.load(config.save(tmp_path / "c.json")) == config
+    assert config.target_modules == ["q_proj", "v_proj"]
+    assert config.effective_learning_rate == 1e-4
+    assert all(text.strip() for text in field_help().values())
+    with pytest.raises(ApplianceError):
+        TrainConfig.from_dict({"stepz": 3})
+    with pytest.raises(ApplianceError):
+        TrainConfig(preset="ppo")
+    with pytest.raises(ApplianceError):
+        TrainConfig(num_generations=1)
+
+
+def test_metric_names_follow_our_vocabulary():
+    metrics = rename_metrics({"reward": 0.5, "rewards/exact/mean": 0.25, "completions/clipped_ratio": 0.1,
+                              "step_time": 2.0, "note": "text"})
+    assert metrics == {"reward/mean": 0.5, "reward/exact/mean": 0.25, "completion/clipped_ratio": 0.1,
+                       "time/step_s": 2.0}
