@@ -137,7 +137,7 @@ class ApplianceApp(App[None]):
         self._job_target = None
         if self._stopping:
             self.notify(f"The {message.job} job stopped.")
-        elif message.code != 0:
+        elif message.code != 0 and not message.explained:
             last = message.stderr_tail[-1] if message.stderr_tail else "no error output"
             self.notify(f"exit code {message.code}: {last}", title=f"{message.job} failed",
                         severity="error", timeout=10)

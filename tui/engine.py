@@ -209,3 +209,6 @@ class EngineExited(Message):
         self.job = job
         self.code = code
         self.stderr_tail = stderr_tail
+        # A screen that has shown the outcome itself (e.g. a refused promotion) sets this,
+        # so the app does not also report the exit code as a failure.
+        self.explained = False

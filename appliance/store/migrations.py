@@ -20,10 +20,14 @@ import duckdb
 
 
 from appliance.errors import StoreError
-from appliance.store import parts
+from appliance.store import compaction, parts
 from appliance.store.schema import SCHEMA_VERSION, TABLES, comment_sql, view_sql
 
-SEED_FOLDER = "_seed"
+
+
+def seed_folder(data_dir: Path, table: str) -> Path:
+    """`data/<table>/<partition column>=_seed/`: no real id encodes to `_seed` (see parts.partition_folder_name)."""
+    return data_dir / table / f"{TABLES[table].partition_by}=_seed"
 
 
 def parts_glob(data_dir: Path, table: str) -> str:
@@ -58,18 +62,34 @@ def check_not_newer(version: int, root: Path) -> None:
 
 
 def _v0_to_v1(data_dir: Path) -> None:
-    # v0 parts already have every v1 column; v1 only adds seed parts, which upgrade() writes for every version.
+    # v1 adds seed parts, which upgrade() writes for every version; v0 parts are conformed by upgrade() too.
     data_dir.mkdir(parents=True, exist_ok=True)
 
 
-# MIGRATIONS[v] upgrades the parquet data of a v workspace to v + 1, in place and idempotently.
+# MIGRATIONS[v] upgrades the parquet data of a v workspace to v + 1, in place and idempotently. Steps only
+# need to move or rename things: upgrade() then rewrites every part whose columns differ from the schema.
 MIGRATIONS: dict[int, Callable[[Path], None]] = {0: _v0_to_v1}
 
 
-def upgrade(data_dir: Path, from_version: int) -> None:
+def upgrade(data_dir: Path, staging_parent: Path, from_version: int) -> None:
+    """Run the steps from `from_version` to SCHEMA_VERSION; the caller holds the exclusive write lock."""
     for version in range(from_version, SCHEMA_VERSION):
         MIGRATIONS[version](data_dir)
     write_seeds(data_dir)
+    for name, table in TABLES.items():
+        for folder in partition_folders(data_dir, name):
+            if not all(compaction.is_current(p, table) for p in parts.list_parts(folder)):
+                compaction.compact_folder(table, folder, staging_parent, force=True)
+
+
+def partition_folders(data_dir: Path, table: str) -> list[Path]:
+    """Every run/eval folder of a table (not the seed)."""
+    seed = seed_folder(data_dir, table).name
+    try:
+        return [Path(e.path) for e in os.scandir(data_dir / table)
+                if e.is_dir() and "=" in e.name and e.name != seed]
+    except FileNotFoundError:
+        return []
 
 
 def _seed_name() -> str:
@@ -77,13 +97,13 @@ def _seed_name() -> str:
 
 
 def seeds_present(data_dir: Path) -> bool:
-    return all((data_dir / name / SEED_FOLDER / _seed_name()).exists() for name in TABLES)
+    return all((seed_folder(data_dir, name) / _seed_name()).exists() for name in TABLES)
 
 
 def write_seeds(data_dir: Path) -> None:
     """One empty part per table carrying the full schema, so queries work before the first append."""
     for name, table in TABLES.items():
-        folder = data_dir / name / SEED_FOLDER
+        folder = seed_folder(data_dir, name)
         folder.mkdir(parents=True, exist_ok=True)
         current = folder / _seed_name()
         if not current.exists():

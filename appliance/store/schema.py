@@ -230,7 +230,10 @@ def _as_sql(column: Column, value: str) -> str:
 
 def view_sql(table: Table, parts_glob: str) -> str:
     """CREATE VIEW over every part file; versioned tables collapse to the newest value per key."""
-    source = f"read_parquet({_quote(parts_glob)}, union_by_name = true, hive_partitioning = false)"
+    # Hive folders (run_id=...) let DuckDB skip other runs' files unopened. Every part carries every
+    # column (migrations rewrite old parts), so union_by_name and its per-file schema reads are not needed.
+    source = (f"read_parquet({_quote(parts_glob)}, hive_partitioning = true, "
+              f"hive_types = {{{_quote(table.partition_by)}: VARCHAR}})")
     if not table.versioned:
         columns = [f"{_as_sql(c, _ident(c.name))} AS {_ident(c.name)}" for c in table.columns]
         return f"CREATE OR REPLACE VIEW {_ident(table.name)} AS SELECT {', '.join(columns)} FROM {source}"

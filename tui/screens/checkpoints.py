@@ -19,7 +19,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, RichLog, Static
 
-from appliance.events import Log, RunFailed, RunFinished
+from appliance.events import Log, Progress, RunFailed
 from tui.data import as_mapping, checkpoints, pick, recent_evals
 from tui.engine import EngineEvent, EngineExited
 from tui.widgets.nav_bar import NavBar
@@ -32,6 +32,7 @@ EVIDENCE = (
     ("unsafe actions", "unsafe_action_rate", "{:.1%}"),
     ("latency p95", "latency_p95_s", "{:.2f} s"),
 )
+PROMOTE_REFUSED_EXIT = 3  # `appliance promote` exits 3 when the gate says no
 REFUSAL_WORDS = ("refused", "no improvement", "regresses")
 
 
@@ -91,6 +92,7 @@ class CheckpointsScreen(Screen):
         super().__init__()
         self.rows: list[dict[str, Any]] = []
         self.pending_export = ""
+        self.asked_gate = ""  # the checkpoint whose promotion decision we are waiting for
 
     def compose(self) -> ComposeResult:
         yield NavBar("Checkpoints")
@@ -132,18 +134,31 @@ class CheckpointsScreen(Screen):
         baseline = baseline_success(message.evals)
         table = self.query_one("#lineage", DataTable)
         table.clear()
-        table.add_row("base", "(baseline)", "", f"{baseline:.0%}" if baseline is not None else "—", "", "", "", "")
+        table.add_row("base", "(base model)", "", shown(baseline), "", "", "", "")
         previous_run = None
         for row in self.rows:
             run = str(row.get("run_id", ""))
-            success = heldout(row)
+            metrics = heldout_metrics(row)
+            success = percent(metrics, *SUCCESS_KEYS)
             delta = f"{success - baseline:+.0%}" if success is not None and baseline is not None else "—"
-            table.add_row(run if run != previous_run else "  └", pick(row, "checkpoint_id", "path", default="?"),
-                          row.get("step", ""), f"{success:.0%}" if success is not None else "—", delta,
-                          metric(row, "valid_json_rate"), metric(row, "unsafe_action_rate"),
-                          "★" if row.get("promoted") else "")
+            table.add_row(run if run != previous_run else "  └", str(row.get("id", "?")).split("/")[-1],
+                          row.get("step", ""), shown(success), delta, shown(percent(metrics, "valid_json_rate")),
+                          shown(percent(metrics, "unsafe_action_rate")),
+                          "★" if row.get("promoted") else row.get("status") or "")
             previous_run = run
         self.query_one("#lineage-empty").display = not self.rows
+        if self.asked_gate:
+            self._show_decision(self.asked_gate)
+
+    def _show_decision(self, ref: str) -> None:
+        """The gate's stored decision for `ref` (the promote command records it in checkpoints)."""
+        row = next((r for r in self.rows if ref in (r.get("path"), r.get("id"))), None)
+        if row is None or row.get("status") not in ("promoted", "refused"):
+            return
+        self.asked_gate = ""
+        record = as_mapping(row.get("metrics"))
+        reasons = list(record.get("reasons") or str(row.get("note") or "").split("; "))
+        self.query_one("#gate", Static).update(render_gate(bool(row.get("promoted")), record, reasons))
 
     def selected(self) -> dict[str, Any] | None:
         table = self.query_one("#lineage", DataTable)
@@ -157,12 +172,13 @@ class CheckpointsScreen(Screen):
         if row is None:
             self.notify("Select a checkpoint row first (not the baseline).", severity="warning")
             return None
-        return str(pick(row, "path", "checkpoint_id"))
+        return str(pick(row, "path", "id"))
 
     def action_promote(self) -> None:
         ref = self._checkpoint_ref()
         if ref and self.app.start_job("promote", ["promote", ref, "--events"], self):
-            self.query_one("#gate", Static).update(f"asking the gate about {ref}…")
+            self.asked_gate = ref
+            self.query_one("#gate", Static).update(f"asking the gate about {ref} (two held-out evals)…")
 
     def action_rollback(self) -> None:
         self.app.start_job("rollback", ["rollback"], self)
@@ -186,17 +202,20 @@ class CheckpointsScreen(Screen):
     @on(EngineEvent)
     def _engine_event(self, message: EngineEvent) -> None:
         event, log = message.event, self.query_one("#ckpt-log", RichLog)
-        if message.job == "promote" and isinstance(event, RunFinished):
-            self.query_one("#gate", Static).update(render_gate(event.summary))
-        elif message.job == "promote" and isinstance(event, RunFailed):
-            self.query_one("#gate", Static).update(render_gate({}, refusal=event.error))
-        elif isinstance(event, Log):
-            log.write(event.message)
+        if isinstance(event, Log):
+            log.write(Text(event.message))
+        elif isinstance(event, Progress):
+            log.write(Text(f"{event.stage} {event.done}/{event.total}", style="dim"))
         elif isinstance(event, RunFailed):
-            log.write(f"[red]{event.error}[/]")
+            log.write(Text(event.error, style="red"))
 
     @on(EngineExited)
     def _engine_exited(self, message: EngineExited) -> None:
         log = self.query_one("#ckpt-log", RichLog)
-        log.write(f"{message.job}: " + ("done" if message.code == 0 else f"[red]exit code {message.code}[/]"))
+        if message.job == "promote" and message.code == PROMOTE_REFUSED_EXIT:
+            message.explained = True  # a refusal is an answer, not a failure; the gate panel shows why
+            log.write(Text("promote: refused by the gate", style="red"))
+        else:
+            log.write(Text(f"{message.job}: " + ("done" if message.code == 0 else f"exit code {message.code}"),
+                           style="" if message.code == 0 else "red"))
         self.action_refresh()
