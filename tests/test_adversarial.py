@@ -177,7 +177,7 @@ def test_catastrophic_regex_in_a_search_does_not_stall_the_replay():
         f"print(Verifier(tool_schemas()).verify(t, {json.dumps(json.dumps(redos))}).bucket)\n"
     )
     try:
-        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=10)
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=5)
     except subprocess.TimeoutExpired:
-        pytest.fail("a regex search took over 10 s")
+        pytest.fail("a regex search took over 5 s")
     assert done.returncode == 0, done.stderr

@@ -106,7 +106,7 @@ def test_one_append_spanning_two_runs_lands_in_each_run_folder(ws):
     _, rows = ws.query("SELECT run_id, type FROM events ORDER BY run_id")
     assert rows == [("a", "x"), ("b/../evil", "y")]
     folders = sorted(p.name for p in (ws.data_dir / "events").iterdir())
-    assert folders == ["_seed", "a", "b%2F..%2Fevil"]
+    assert folders == ["run_id=_seed", "run_id=a", "run_id=b%2F..%2Fevil"]
 
 
 def test_run_writer_numbers_steps_and_events_and_resumes(ws):
@@ -129,7 +129,7 @@ def test_compaction_merges_parts_into_one_file_without_changing_rows(ws):
         writer.write_step([rollout(i) for i in range(8)])
     before = ws.query("SELECT step, sample_index, reward FROM rollouts ORDER BY ALL")[1]
     assert ws.compact("rollouts", "r1") == 5
-    assert len(list((ws.data_dir / "rollouts" / "r1").glob("*.parquet"))) == 1
+    assert len(list((ws.data_dir / "rollouts" / "run_id=r1").glob("*.parquet"))) == 1
     assert ws.query("SELECT step, sample_index, reward FROM rollouts ORDER BY ALL")[1] == before
     assert ws.compact("rollouts", "r1") == 0
     writer.write_step([rollout(0)])
@@ -168,7 +168,7 @@ def test_old_schema_version_is_migrated(ws):
     with duckdb.connect(str(ws.db_path)) as con:
         con.execute("CREATE VIEW runs AS SELECT 1 AS run_id")
     for table in TABLES:
-        shutil.rmtree(ws.data_dir / table / migrations.SEED_FOLDER)
+        shutil.rmtree(migrations.seed_folder(ws.data_dir, table))
     assert migrations.read_recorded_version(ws.db_path) == (0, "")
 
     upgraded = Workspace.open(ws.root)
@@ -207,7 +207,7 @@ def test_rebuilding_the_views_file_does_not_disturb_an_open_reader(ws):
 
 def test_stale_temp_files_are_ignored_by_readers_and_removed_on_open(ws):
     ws.append("events", [{"run_id": "r1", "seq": 0, "type": "a"}])
-    stale = ws.data_dir / "events" / "r1" / ".999999999-deadbeef.tmp"
+    stale = ws.data_dir / "events" / "run_id=r1" / ".999999999-deadbeef.tmp"
     stale.write_bytes(b"half a parquet file")
     assert ws.query("SELECT count(*) FROM events")[1] == [(1,)]
     Workspace.open(ws.root)

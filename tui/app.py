@@ -13,7 +13,7 @@ action is an `appliance ...` subcommand run by the `EngineClient`.
 """
 from __future__ import annotations
 
-from pathlib import Path
+import os
 from typing import Any, Callable, Iterable, Sequence
 
 from textual import on, work
@@ -24,7 +24,7 @@ from textual.screen import Screen
 from textual.worker import Worker, WorkerState
 
 from appliance.events import Alarm, RunFailed
-from tui.data import DataSource, MemoryData, StoreData, list_packs, read_host_stats
+from tui.data import DataSource, StoreData, list_packs, read_host_stats
 from tui.engine import EngineClient, EngineEvent, EngineExited, SubprocessEngineClient
 from tui.screens.audit import AuditScreen
 from tui.screens.checkpoints import CheckpointsScreen
@@ -35,7 +35,7 @@ from tui.screens.sql import SqlScreen
 from tui.screens.train import TrainScreen
 
 DEFAULT_MODEL = "smollm2-135m"
-BACKENDS = ("auto", "hf", "vllm")
+DEFAULT_PACK = "workplace-single"
 # (mode name, title in the nav bar and palette); the key is its position, 1..6.
 SCREENS = (
     ("home", "Home"),
@@ -72,7 +72,7 @@ class ApplianceApp(App[None]):
     job: reactive[str] = reactive("")
 
     def __init__(self, engine: EngineClient, data: DataSource, workspace: str, pack: str, model: str,
-                 backend: str = "auto", packs: Sequence[str] = (),
+                 backend: str = "auto", packs: Sequence[str] = (), tasks_root: str = "tasks",
                  host_stats: Callable[[], dict[str, Any]] = read_host_stats) -> None:
         super().__init__()
         self.engine = engine
@@ -82,6 +82,7 @@ class ApplianceApp(App[None]):
         self.model = model
         self.backend = backend
         self.packs = list(packs) or ([pack] if pack else [])
+        self.tasks_root = tasks_root
         self.models = [model] if model else [DEFAULT_MODEL]
         self.host_stats = host_stats
         self.doctor_report: dict[str, Any] = {}
@@ -176,34 +177,26 @@ def make_app(engine: EngineClient | None = None, workspace: str = "runs", pack: 
              model: str | None = None, data: DataSource | None = None, backend: str = "auto",
              tasks_root: str = "tasks",
              host_stats: Callable[[], dict[str, Any]] | None = None) -> ApplianceApp:
-    """Build the cockpit; tests inject a FakeEngineClient and a MemoryData."""
+    """Build the cockpit; tests inject a FakeEngineClient and a DataSource over a temporary workspace."""
     packs = list_packs(tasks_root)
-    chosen_pack = pack or (packs[0] if packs else "")
-    if data is None:
-        data = StoreData(workspace) if _store_available() else MemoryData()
+    chosen_pack = pack or (DEFAULT_PACK if DEFAULT_PACK in packs else packs[0] if packs else "")
+    # The child reads APPLIANCE_WORKSPACE, so every subcommand writes where the cockpit reads.
+    engine = engine or SubprocessEngineClient(env={"APPLIANCE_WORKSPACE": workspace})
     return ApplianceApp(
-        engine=engine or SubprocessEngineClient(),
-        data=data, workspace=workspace, pack=chosen_pack, model=model or DEFAULT_MODEL,
-        backend=backend, packs=packs, host_stats=host_stats or read_host_stats,
+        engine=engine, data=data or StoreData(workspace), workspace=workspace, pack=chosen_pack,
+        model=model or DEFAULT_MODEL, backend=backend, packs=packs, tasks_root=tasks_root,
+        host_stats=host_stats or read_host_stats,
     )
 
 
-def _store_available() -> bool:
-    try:
-        import appliance.store  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Open the cockpit on the workspace `runs/` (or the path given as the first argument)."""
+def main(argv: Sequence[str] | None = None, *, workspace: str | None = None, pack: str | None = None,
+         model: str | None = None) -> int:
+    """Open the cockpit. `appliance ui` calls this with its flags; `python -m tui [WORKSPACE]` too."""
     import sys
 
-    args = list(sys.argv[1:] if argv is None else argv)
-    workspace = args[0] if args else "runs"
-    Path(workspace).mkdir(parents=True, exist_ok=True)
-    make_app(workspace=workspace).run()
+    args = list(sys.argv[1:] if argv is None and workspace is None else argv or [])
+    workspace = workspace or (args[0] if args else os.environ.get("APPLIANCE_WORKSPACE", "runs"))
+    make_app(workspace=workspace, pack=pack, model=model).run()
     return 0
 
 

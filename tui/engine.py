@@ -60,10 +60,12 @@ class SubprocessEngineClient:
     """The real engine: `sys.executable -m appliance ...` as an asyncio child process."""
 
     def __init__(self, python: str = sys.executable, grace_s: float = STOP_GRACE_S,
-                 cwd: str | None = None) -> None:
+                 cwd: str | None = None, env: dict[str, str] | None = None) -> None:
         self.python = python
         self.grace_s = grace_s
         self.cwd = cwd
+        # Unbuffered, so events arrive as they happen rather than in 8 KiB lumps.
+        self.env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
         self.exit_code: int | None = None
         self.stderr_tail: list[str] = []
         self._process: asyncio.subprocess.Process | None = None
@@ -75,11 +77,9 @@ class SubprocessEngineClient:
     async def stream(self, args: Sequence[str]) -> AsyncIterator[Event]:
         self.exit_code = None
         tail: deque[str] = deque(maxlen=STDERR_TAIL_LINES)
-        # Unbuffered, so events arrive as they happen rather than in 8 KiB lumps.
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         try:
             self._process = await asyncio.create_subprocess_exec(
-                self.python, "-m", "appliance", *args, cwd=self.cwd, env=env,
+                self.python, "-m", "appliance", *args, cwd=self.cwd, env=self.env,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
                 limit=16 * 1024 * 1024,  # one rollout event can be a long line
@@ -120,7 +120,7 @@ class SubprocessEngineClient:
     async def doctor(self) -> dict[str, Any]:
         try:
             process = await asyncio.create_subprocess_exec(
-                self.python, "-m", "appliance", "doctor", "--json", cwd=self.cwd,
+                self.python, "-m", "appliance", "doctor", "--json", cwd=self.cwd, env=self.env,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
             )

@@ -22,7 +22,6 @@ from appliance.store.schema import NOW_DEFAULT_COLUMNS, VERSION_COLUMN, Table
 def to_arrow(table: Table, rows: Sequence[Mapping[str, Any]]) -> pa.Table:
     """Validate `rows` against `table` and convert them; missing columns become NULL (or their default)."""
     present = _present_columns(table, rows)
-    _check_required(table, rows)
     rows = _encode_values(table, rows, present)
     fields = [pa.field(c.name, c.arrow_type) for c in table.columns if c.name in present]
     try:
@@ -46,11 +45,12 @@ def _present_columns(table: Table, rows: Sequence[Mapping[str, Any]]) -> set[str
     return present
 
 
-def _check_required(table: Table, rows: Sequence[Mapping[str, Any]]) -> None:
+def _check_required(table: Table, given: dict[str, pa.Array]) -> None:
     for column in (c for c in table.columns if c.required):
-        missing = next((i for i, row in enumerate(rows) if row.get(column.name) is None), None)
-        if missing is not None:
-            raise StoreError(f"Every {table.name} row needs a value for {column.name} (row {missing} has none).")
+        array = given.get(column.name)
+        if array is None or array.null_count:
+            row = 0 if array is None else pc.index(pc.is_null(array), True).as_py()
+            raise StoreError(f"Every {table.name} row needs a value for {column.name} (row {row} has none).")
 
 
 def _encode_json(value: Any) -> str:
@@ -107,6 +107,7 @@ def _complete(table: Table, struct: pa.StructArray) -> pa.Table:
     """Every schema column in order: given ones, defaults, and NULLs for the rest."""
     n = len(struct)
     given = {field.name: struct.field(i) for i, field in enumerate(struct.type)}
+    _check_required(table, given)
     now = pa.scalar(datetime.now(timezone.utc), type=pa.timestamp("us", tz="UTC"))
     columns = []
     for column in table.columns:

@@ -2,8 +2,8 @@
 
 Layout (default folder `runs/`):
   runs/appliance.duckdb                  views over the parts + schema_version; open it read-only
-  runs/data/<table>/<run or eval id>/    immutable parquet parts, one per append
-  runs/data/<table>/_seed/               one empty part per table, so empty tables query fine
+  runs/data/<table>/run_id=<id>/         immutable parquet parts, one per append (eval tables: by eval id)
+  runs/data/<table>/run_id=_seed/        one empty part per table, so empty tables query fine
   runs/tmp/                              compaction staging
   runs/.write.lock                       shared by appends, exclusive for compaction
 
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import shutil
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -25,12 +24,9 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from appliance.errors import StoreError
-from appliance.store import migrations, parts
+from appliance.store import compaction, migrations, parts
 from appliance.store.rows import to_arrow
 from appliance.store.schema import SCHEMA_VERSION, TABLES, Table
 
@@ -79,24 +75,15 @@ class Workspace:
         version, views_root = recorded if recorded is not None else (SCHEMA_VERSION, None)
         migrations.check_not_newer(version, self.root)
         if version < SCHEMA_VERSION:
-            migrations.upgrade(self.data_dir, version)
+            with self._exclusive_lock():
+                migrations.upgrade(self.data_dir, self.tmp_dir, version)
         elif not migrations.seeds_present(self.data_dir):
             migrations.write_seeds(self.data_dir)
         if version != SCHEMA_VERSION or views_root != str(self.root):
             # New, upgraded, or moved: the views hold absolute paths, so rebuild them.
             migrations.build_database(self.root, self.data_dir, self.db_path)
-        parts.remove_stale_temps([self.root, self.tmp_dir, *self._partition_folders()])
-
-    def _partition_folders(self, table: str | None = None) -> list[Path]:
-        names = [table] if table else list(TABLES)
-        folders = []
-        for name in names:
-            try:
-                folders += [Path(e.path) for e in os.scandir(self.data_dir / name)
-                            if e.is_dir() and e.name != migrations.SEED_FOLDER]
-            except FileNotFoundError:
-                pass
-        return folders
+        every_folder = [f for name in TABLES for f in migrations.partition_folders(self.data_dir, name)]
+        parts.remove_stale_temps([self.root, self.tmp_dir, *every_folder])
 
     # -- writing --------------------------------------------------------------------------------
 
@@ -105,14 +92,17 @@ class Workspace:
         return f"{prefix}-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
 
     def append(self, table: str, rows: Sequence[Mapping[str, Any]]) -> None:
-        """Store `rows` durably: when this returns they survive a crash and every new query sees them."""
+        """Store `rows` durably: when this returns they survive a crash and every new query sees them.
+
+        An append is atomic per run (or eval): rows for several runs become one part in each run's folder.
+        """
         spec = self._table(table)
         if not rows:
             return
-        data = to_arrow(spec, rows)
-        with self._shared_lock():
-            for value, part in _split_by(data, spec.partition_by):
-                parts.write_part(self._partition_folder(spec, value), part)
+        for value, group in _group_by(rows, spec.partition_by):
+            data = to_arrow(spec, group)
+            with self._shared_lock():
+                parts.write_part(self._partition_folder(spec, value), data)
 
     def writer(self, run_id: str):
         """A RunWriter that appends one run's rollouts, events and alarms with step/event counters."""
@@ -126,7 +116,7 @@ class Workspace:
             raise StoreError(f"Unknown table {name!r}; the store has {', '.join(TABLES)}.") from None
 
     def _partition_folder(self, spec: Table, value: str) -> Path:
-        folder = self.data_dir / spec.name / parts.partition_folder_name(value)
+        folder = self.data_dir / spec.name / parts.partition_folder_name(spec.partition_by, value)
         if folder not in self._known_folders:
             if not folder.is_dir():
                 folder.mkdir(parents=True, exist_ok=True)
@@ -174,30 +164,13 @@ class Workspace:
     def compact(self, table: str, run_id: str | None = None) -> int:
         """Merge the parts of one run (or eval; None: every one) into one file; return parts merged.
 
-        Guarantee: the merged folder replaces the old one in a single atomic
-        rename (renameat2 exchange on Linux), so a query sees either all the old
-        parts or the one merged part, never both and never neither. A query that
-        listed the old parts just before the swap fails to open one and
-        `query()` retries it. Appends wait while a compaction runs.
+        Readers never see duplicates or gaps: see appliance/store/compaction.py. Appends wait meanwhile.
         """
         spec = self._table(table)
-        folders = ([self.data_dir / spec.name / parts.partition_folder_name(run_id)] if run_id is not None
-                   else self._partition_folders(spec.name))
+        folders = ([self.data_dir / spec.name / parts.partition_folder_name(spec.partition_by, run_id)]
+                   if run_id is not None else migrations.partition_folders(self.data_dir, spec.name))
         with self._exclusive_lock():
-            return sum(self._compact_folder(spec, folder) for folder in folders)
-
-    def _compact_folder(self, spec: Table, folder: Path) -> int:
-        old_parts = parts.list_parts(folder)
-        if len(old_parts) < 2:
-            return 0
-        merged = _conform(pa.concat_tables([pq.read_table(p) for p in old_parts], promote_options="permissive"),
-                          spec)
-        staging = parts.new_temp_folder(self.tmp_dir)
-        parts.write_part(staging, merged)
-        parts.swap_folders(staging, folder)
-        parts.fsync_folder(folder.parent)
-        shutil.rmtree(staging)  # now holds the old parts
-        return len(old_parts)
+            return sum(compaction.compact_folder(spec, folder, self.tmp_dir) for folder in folders)
 
     # -- locking --------------------------------------------------------------------------------
 
@@ -237,22 +210,19 @@ class Workspace:
         return f"Workspace({str(self.root)!r}, schema v{SCHEMA_VERSION})"
 
 
-def _split_by(data: pa.Table, column: str) -> Iterator[tuple[str, pa.Table]]:
-    """One table per distinct value of `column` (usually just one: a batch belongs to one run)."""
-    values = pc.unique(data[column]).to_pylist()
+def _group_by(rows: Sequence[Mapping[str, Any]], column: str) -> Iterator[tuple[Any, Sequence[Mapping]]]:
+    """Rows per distinct value of `column` (usually one group: a batch belongs to one run)."""
+    try:
+        values = {row.get(column) for row in rows}
+    except (AttributeError, TypeError):
+        raise StoreError(f"Rows must be dicts of column name to value with a hashable {column}.") from None
     if len(values) == 1:
-        yield values[0], data
+        yield values.pop(), rows
         return
-    for value in values:
-        yield value, data.filter(pc.equal(data[column], value))
-
-
-def _conform(data: pa.Table, spec: Table) -> pa.Table:
-    """Cast parts written by older schema versions to the current columns (missing ones as NULL)."""
-    schema = spec.arrow_schema()
-    arrays = [data[f.name].cast(f.type) if f.name in data.column_names else pa.nulls(len(data), f.type)
-              for f in schema]
-    return pa.Table.from_arrays(arrays, schema=schema)
+    groups: dict[Any, list[Mapping]] = {}
+    for row in rows:
+        groups.setdefault(row.get(column), []).append(row)
+    yield from groups.items()
 
 
 def _is_vanished_part(err: duckdb.Error) -> bool:
