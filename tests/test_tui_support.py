@@ -98,3 +98,21 @@ def build_app(tmp_path: Path, hold_open: bool = False, **scripts) -> tuple:
                               exit_codes={"promote": 3})
     app = make_app(engine=engine, workspace=str(tmp_path / "runs"), data=data, host_stats=lambda: dict(HOST))
     return app, engine, data
+
+
+def visible_text(app) -> str:
+    """The screen as the user sees it, one line per row (read back from the SVG screenshot)."""
+    import html
+    import re
+
+    rows: dict[int, list[tuple[float, str]]] = {}
+    pattern = r'<text class="[^"]*" x="([\d.]+)" y="[\d.]+" textLength="[\d.]+" clip-path="url\(#[^)]*-line-(\d+)\)">(.*?)</text>'
+    for match in re.finditer(pattern, app.export_screenshot()):
+        rows.setdefault(int(match.group(2)), []).append((float(match.group(1)), html.unescape(match.group(3))))
+    lines = []
+    for row in sorted(rows):
+        line = ""
+        for x, text in sorted(rows[row]):
+            line = line.ljust(round(x / 12.2)) + text  # Textual's SVG cells are 12.2 px wide
+        lines.append(line.replace("\xa0", " "))
+    return "\n".join(lines)

@@ -339,3 +339,48 @@ def test_rule_names_as_plain_strings_are_accepted():
 def test_state_changing_comes_from_the_world_with_a_verb_fallback():
     assert is_state_changing("email_reply_email") and not is_state_changing("email_search_emails")
     assert is_state_changing("crm_remove_contact") and not is_state_changing("get_weather")
+
+
+# --- the fast schema check agrees with jsonschema ---------------------------------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from jsonschema import Draft202012Validator  # noqa: E402
+
+from appliance.verify import _flat_schema_check  # noqa: E402
+
+RICH_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "s": {"type": "string", "enum": ["a", "B"]},
+        "i": {"type": "integer"},
+        "n": {"type": "number", "description": "x"},
+        "b": {"type": "boolean"},
+        "either": {"type": ["string", "null"]},
+        "anything": {},
+    },
+    "required": ["s"],
+    "additionalProperties": False,
+}
+SCHEMAS = [t["function"]["parameters"] for t in tool_schemas()] + [RICH_SCHEMA]
+scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=5),
+                    st.sampled_from(["a", "B", "b", "Won", "line", "event_name"]), st.just(3.0))
+values = st.one_of(scalars, st.lists(scalars, max_size=2), st.dictionaries(st.text(max_size=3), scalars, max_size=2))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(SCHEMAS), st.data())
+def test_fast_schema_check_agrees_with_jsonschema(schema, data):
+    keys = list(schema["properties"]) + ["extra"]
+    arguments = data.draw(st.dictionaries(st.sampled_from(keys), values, max_size=len(keys)))
+    fast = _flat_schema_check(schema)
+    assert fast is not None
+    assert fast(arguments) == Draft202012Validator(schema).is_valid(arguments)
+
+
+def test_rich_schemas_fall_back_to_jsonschema():
+    nested = {"type": "object", "properties": {"items": {"type": "array", "items": {"type": "string"}}}}
+    assert _flat_schema_check(nested) is None
+    plain = Verifier([{"type": "function", "function": {"name": "f", "parameters": nested}}], world="none")
+    bad = plain.verify(task("f", ToolCall("f", {"items": ["a"]})), '{"name": "f", "arguments": {"items": [1]}}')
+    assert bad.bucket == "wrong_arguments" and "items/0" in bad.reason

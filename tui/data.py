@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol, Sequence
 
@@ -149,6 +150,13 @@ def audit_labels(data: DataSource, eval_id: str) -> Rows:
 
 
 # --- packs and the host -----------------------------------------------------------
+
+
+def when(value: Any) -> str:
+    """A timestamp as local 'YYYY-MM-DD HH:MM' (DuckDB returns aware datetimes)."""
+    if isinstance(value, datetime):
+        return value.astimezone().strftime("%Y-%m-%d %H:%M")
+    return "" if value is None else str(value)[:16]
 
 
 def list_packs(root: str | os.PathLike[str] = "tasks") -> list[str]:

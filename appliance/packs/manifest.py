@@ -17,8 +17,16 @@ MANIFEST_FILE = "pack.toml"
 DEFAULT_MAX_TURNS = 6
 WORLDS = ("workbench", "none")
 REWARD_SCHEMES = ("binary", "shaped")
-SPLIT_NAMES = ("train", "val", "test")
-EVAL_SPLITS = ("val", "test")
+SPLIT_NAMES = ("train", "val", "test", "gate")
+EVAL_SPLITS = ("val", "test", "gate")
+SCORERS = ("verifier", "bfcl")
+TOOL_SELECTIONS = ("all", "domain")
+# Used when a pack (BFCL) carries per-row tools and no system prompt of its own.
+DEFAULT_SYSTEM_PROMPT = (
+    "You are a helpful assistant that can call functions. To call functions, reply with only JSON: one object "
+    '{"name": "<function name>", "arguments": {...}} or a list of such objects for several calls. '
+    "If none of the functions fits the request, say so in plain words without a call."
+)
 
 # key -> (python type(s), required)
 _TOP_LEVEL: dict[str, tuple[type | tuple[type, ...], bool]] = {
@@ -26,10 +34,13 @@ _TOP_LEVEL: dict[str, tuple[type | tuple[type, ...], bool]] = {
     "description": (str, True),
     "version": (str, True),
     "world": (str, True),
-    "tools": (str, True),
+    "tools": (str, False),  # absent when every row carries its own "tools" (BFCL)
     "reward_scheme": (str, True),
     "max_turns": (int, False),
-    "system_prompt": (str, True),
+    "system_prompt": (str, False),
+    "scorer": (str, False),  # verifier (default) | bfcl
+    "tool_selection": (str, False),  # all (default) | domain: the task's domain tools + the directory
+    "source": (str, False),
     "splits": (dict, True),
     "unsafe": (list, False),
 }
@@ -66,6 +77,9 @@ def read_manifest(pack_dir: Path) -> dict[str, Any]:
     _check_values(manifest, text, where)
     manifest.setdefault("max_turns", DEFAULT_MAX_TURNS)
     manifest.setdefault("unsafe", [])
+    manifest.setdefault("scorer", "verifier")
+    manifest.setdefault("tool_selection", "all")
+    manifest.setdefault("system_prompt", DEFAULT_SYSTEM_PROMPT)
     return manifest
 
 
@@ -100,8 +114,11 @@ def _check_values(manifest: dict[str, Any], text: str, where: str) -> None:
         )
     if manifest.get("max_turns", DEFAULT_MAX_TURNS) < 1:
         raise _fail(where, text, "max_turns", "'max_turns' must be at least 1.")
-    if not manifest["name"].strip() or not manifest["system_prompt"].strip():
+    if not manifest["name"].strip() or not manifest.get("system_prompt", "x").strip():
         raise _fail(where, text, "name", "'name' and 'system_prompt' must not be empty.")
+    for key, options in (("scorer", SCORERS), ("tool_selection", TOOL_SELECTIONS)):
+        if key in manifest and manifest[key] not in options:
+            raise _fail(where, text, key, f"'{key}' must be one of {_quoted(options)}, not '{manifest[key]}'.")
     _check_splits(manifest["splits"], text, where)
     _check_unsafe(manifest.get("unsafe", []), text, where)
 

@@ -15,9 +15,12 @@ from typing import Any
 from appliance.errors import PackError
 from appliance.packs.leakage import find_collisions
 from appliance.packs.manifest import EVAL_SPLITS, MANIFEST_FILE, display_path, line_of, read_manifest
-from appliance.packs.rows import read_split
+from appliance.packs import validation_cache
+from appliance.packs.rows import RowRules, read_split
 from appliance.packs.tools import ToolIndex, read_tools
 from appliance.task import Task
+
+SUBSET_SPLIT = "gate"
 
 
 class Pack:
@@ -68,6 +71,24 @@ class Pack:
     def splits(self) -> tuple[str, ...]:
         return tuple(self.manifest["splits"])
 
+    def tools_for(self, task: Task) -> list[dict[str, Any]]:
+        """The tools shown to the model for this task (the same for eval, SFT and GRPO).
+
+        Per-row tools win (BFCL). With `tool_selection = "domain"` a task sees its
+        domain's tools plus the company directory, like WorkBench's "domains"
+        setting; this keeps CPU prompts short. Tasks without a known domain see all.
+        """
+        if task.tools is not None:
+            return list(task.tools)
+        if self.manifest["tool_selection"] != "domain":
+            return self.tools
+        domains = task.tags.get("domains") or [task.tags.get("domain")]
+        prefixes = tuple(f"{d}_" for d in domains if d and d not in ("none", "multi_domain"))
+        if not prefixes:
+            return self.tools
+        return [t for t in self.tools
+                if t["function"]["name"].startswith(prefixes + ("company_directory_",))]
+
     def tasks(self, split: str) -> list[Task]:
         if split not in self._split_rows:
             raise PackError(f"pack '{self.name}' has no split '{split}'; it has {', '.join(self.splits)}.")
@@ -85,7 +106,8 @@ class Pack:
     def data_hash(self) -> str:
         """sha256 over the manifest, the tools file and every split file, in split order."""
         digest = hashlib.sha256()
-        files = [MANIFEST_FILE, self.manifest["tools"], *self.manifest["splits"].values()]
+        tools_file = [self.manifest["tools"]] if "tools" in self.manifest else []
+        files = [MANIFEST_FILE, *tools_file, *self.manifest["splits"].values()]
         for file_name in files:
             digest.update(file_name.encode() + b"\0")
             digest.update((self.path / file_name).read_bytes() + b"\0")
@@ -138,10 +160,18 @@ def load_pack(name_or_path: str | Path, root: str | Path = "tasks") -> Pack:
     path = resolve_pack_dir(name_or_path, root)
     manifest = read_manifest(path)
     _check_unsafe_rule_names(manifest, path)
-    tools = read_tools(path / manifest["tools"])
-    index = ToolIndex(tools)
-    split_rows = {split: read_split(path / file, index) for split, file in manifest["splits"].items()}
+    tools = read_tools(path / manifest["tools"]) if "tools" in manifest else []
+    index = ToolIndex(tools) if tools else None
+    bfcl = manifest["scorer"] == "bfcl"
+    split_rows = {}
+    for split, file in manifest["splits"].items():
+        validated = validation_cache.is_validated(path / file)
+        rules = RowRules(allow_system=bfcl, check_expected_schema=not bfcl, check_tool_schemas=not validated)
+        split_rows[split] = read_split(path / file, index, rules)
+        if not validated:
+            validation_cache.mark_validated(path / file)
     _check_unique_ids(split_rows, manifest, path)
+    _check_gate_subset(split_rows, manifest, path)
     _check_leakage(split_rows, manifest, path)
     return Pack(path, manifest, tools, split_rows)
 
@@ -163,6 +193,8 @@ def _check_unsafe_rule_names(manifest: dict[str, Any], path: Path) -> None:
 def _check_unique_ids(split_rows: dict[str, list[tuple[int, Task]]], manifest: dict[str, Any], path: Path) -> None:
     first_seen: dict[str, tuple[str, int]] = {}
     for split, rows in split_rows.items():
+        if split == SUBSET_SPLIT:
+            continue  # the gate split is a fixed subset of test, so its ids repeat by design
         file_name = manifest["splits"][split]
         for number, task in rows:
             if task.id in first_seen:
@@ -172,6 +204,16 @@ def _check_unique_ids(split_rows: dict[str, list[tuple[int, Task]]], manifest: d
                     f"by {other_file} line {other_line}; ids must be unique across all splits."
                 )
             first_seen[task.id] = (file_name, number)
+
+
+def _check_gate_subset(split_rows: dict[str, list[tuple[int, Task]]], manifest: dict[str, Any], path: Path) -> None:
+    if SUBSET_SPLIT not in split_rows:
+        return
+    others = {task.id for split, rows in split_rows.items() if split != SUBSET_SPLIT for _, task in rows}
+    for number, task in split_rows[SUBSET_SPLIT]:
+        if task.id not in others:
+            raise PackError(f"{display_path(path / manifest['splits'][SUBSET_SPLIT])} line {number}: gate task "
+                            f"'{task.id}' is not in any other split; the gate split must be a subset of test.")
 
 
 def _check_leakage(split_rows: dict[str, list[tuple[int, Task]]], manifest: dict[str, Any], path: Path) -> None:

@@ -48,7 +48,7 @@ def compact_folder(spec: Table, folder: Path, staging_parent: Path, force: bool 
     tables = [pq.read_table(p, partitioning=None) for p in old_parts]
     merged = conform(pa.concat_tables(tables, promote_options="permissive"), spec)
     staging = parts.new_temp_folder(staging_parent)
-    parts.write_part(staging, merged)
+    parts.write_part(staging, merged, compression="zstd")
     parts.swap_folders(staging, folder)
     parts.fsync_folder(folder.parent)
     shutil.rmtree(staging)  # it now holds the old parts

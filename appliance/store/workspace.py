@@ -104,10 +104,10 @@ class Workspace:
             with self._shared_lock():
                 parts.write_part(self._partition_folder(spec, value), data)
 
-    def writer(self, run_id: str):
+    def writer(self, run_id: str, compact_every: int = 100):
         """A RunWriter that appends one run's rollouts, events and alarms with step/event counters."""
         from appliance.store.writer import RunWriter
-        return RunWriter(self, run_id)
+        return RunWriter(self, run_id, compact_every)
 
     def _table(self, name: str) -> Table:
         try:
@@ -129,6 +129,7 @@ class Workspace:
     def connect(self) -> duckdb.DuckDBPyConnection:
         """A new in-memory DuckDB connection with every table as a view; holds no lock on any file."""
         con = duckdb.connect(":memory:")
+        con.execute("SET parquet_metadata_cache = true")  # parts never change once written, so footers can be cached
         migrations.create_views(con, self.data_dir)
         return con
 

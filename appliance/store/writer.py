@@ -1,10 +1,13 @@
 """RunWriter: append one run's rows (run versions, rollouts per step, events, alarms) with counters.
 
 Counters resume from what the store already holds, so a resumed run keeps
-numbering its steps and events where it stopped.
+numbering its steps and events where it stopped. Every `compact_every` steps the
+run's parts are compacted, so a live run's queries stay fast however long it runs
+(a query costs roughly a quarter of a millisecond per part file).
 """
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -15,9 +18,10 @@ if TYPE_CHECKING:
 class RunWriter:
     """Writes for one run id. Each call is one durable append (see Workspace.append)."""
 
-    def __init__(self, workspace: "Workspace", run_id: str) -> None:
+    def __init__(self, workspace: "Workspace", run_id: str, compact_every: int = 100) -> None:
         self.workspace = workspace
         self.run_id = run_id
+        self.compact_every = compact_every  # 0: never compact automatically
         self.last_step = self._stored_max("rollouts", "step")
         self.last_seq = self._stored_max("events", "seq")
 
@@ -34,7 +38,19 @@ class RunWriter:
         step = self.last_step + 1 if step is None else step
         self.workspace.append("rollouts", [{**row, "run_id": self.run_id, "step": step} for row in rollouts])
         self.last_step = step
+        if self.compact_every and (step + 1) % self.compact_every == 0:
+            self.compact()
         return step
+
+    def compact(self) -> None:
+        """Merge this run's parts in every table partitioned by run."""
+        for table in ("rollouts", "events", "alarms", "runs", "checkpoints"):
+            self.workspace.compact(table, self.run_id)
+
+    def finish(self, status: str = "finished", **columns: Any) -> None:
+        """Record the final status and compact the run."""
+        self.update_run(status=status, finished_at=columns.pop("finished_at", time.time()), **columns)
+        self.compact()
 
     def event(self, type: str, payload: Mapping[str, Any] | None = None, ts: float | None = None) -> int:
         """Append one event; return its sequence number."""

@@ -11,7 +11,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Label, Select, Static
 
-from tui.data import as_mapping, pick, promoted_checkpoint, recent_evals, recent_runs
+from tui.data import as_mapping, pick, promoted_checkpoint, recent_evals, recent_runs, when
 from tui.widgets.hardware_panel import HardwarePanel
 from tui.widgets.nav_bar import NavBar
 
@@ -124,7 +124,7 @@ class HomeScreen(Screen):
         runs.clear()
         for row in message.runs:
             runs.add_row(pick(row, "run_id", default="?"), pick(row, "kind", default=""),
-                         pick(row, "status", default=""), str(pick(row, "started_at", default=""))[:16])
+                         pick(row, "status", default=""), when(row.get("started_at")))
         evals = self.query_one("#evals", DataTable)
         evals.clear()
         for row in message.evals:

@@ -34,8 +34,8 @@ BUILT_IN_QUERIES: dict[str, str] = {
         "FROM eval_samples\nGROUP BY task_id\nORDER BY success_rate, mean_reward\nLIMIT 20"
     ),
     "unsafe actions": (
-        "SELECT run_id, step, task_id, reason, completion\nFROM rollouts\n"
-        "WHERE bucket = 'unsafe_action'\nORDER BY step DESC\nLIMIT 50"
+        "SELECT run_id, step, task_id, v_unsafe_rule AS rule, v_reason AS reason, completion\n"
+        "FROM rollouts\nWHERE v_unsafe OR bucket = 'unsafe_action'\nORDER BY run_id, step DESC\nLIMIT 50"
     ),
     "reward vs strict success": (
         "-- where a shaped reward pays for outputs that do not succeed\n"
@@ -43,10 +43,14 @@ BUILT_IN_QUERIES: dict[str, str] = {
         "       round(avg(CASE WHEN bucket = 'success' THEN 1.0 ELSE 0.0 END), 3) AS strict_success\n"
         "FROM rollouts\nGROUP BY 1\nORDER BY 1"
     ),
-    "eval summary": "SELECT *\nFROM evals\nORDER BY created_at DESC",
+    "eval summary": (
+        "SELECT id, adapter, split, k, n_samples, round(success_rate, 3) AS success,\n"
+        "       metrics->>'$.recommendation.action' AS next\nFROM evals\nORDER BY started_at DESC"
+    ),
 }
 HISTORY_LIMIT = 50
 MAX_ROWS_SHOWN = 1000
+SHOW_TIME_AFTER_S = 0.5  # fast queries need no stopwatch
 
 
 class SqlScreen(Screen):
@@ -96,6 +100,7 @@ class SqlScreen(Screen):
         self.query_one("#save-name").display = False
         self._load_saved()
         self._fill_queries()
+        self.run_sql(self.query_one("#editor", TextArea).text, remember=False)
 
     # --- saved queries and history ----------------------------------------------------------
 
@@ -119,7 +124,7 @@ class SqlScreen(Screen):
         if self.saved:
             options.add_options([None, *(Option(f"★ {name}", id=f"saved:{name}") for name in self.saved)])
         if self.history:
-            options.add_options([None, *(Option(" ".join(sql.split())[:40], id=f"history:{i}")
+            options.add_options([None, *(Option(" ".join(sql.split())[:26], id=f"history:{i}")
                                          for i, sql in reversed(list(enumerate(self.history))))])
 
     @on(OptionList.OptionSelected, "#queries")
@@ -156,14 +161,14 @@ class SqlScreen(Screen):
             self.run_sql(sql)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="sql")
-    def run_sql(self, sql: str) -> None:
+    def run_sql(self, sql: str, remember: bool = True) -> None:
         started = time.perf_counter()
         try:
             columns, rows = self.app.data.query(sql)
         except Exception as error:  # noqa: BLE001 - any SQL error is the user's to read, not a crash
             self.post_message(self.QueryFailed(str(error).splitlines()[0]))
             return
-        self.post_message(self.QueryDone(sql, columns, rows, time.perf_counter() - started))
+        self.post_message(self.QueryDone(sql if remember else "", columns, rows, time.perf_counter() - started))
 
     @on(QueryDone)
     def _query_done(self, message: QueryDone) -> None:
@@ -173,9 +178,9 @@ class SqlScreen(Screen):
         table.add_columns(*message.columns)
         table.add_rows([tuple(_cell(v) for v in row) for row in message.rows[:MAX_ROWS_SHOWN]])
         shown = "" if len(message.rows) <= MAX_ROWS_SHOWN else f" (first {MAX_ROWS_SHOWN} shown; export for all)"
-        self.query_one("#sql-status", Static).update(
-            f"{len(message.rows)} rows in {message.seconds * 1000:.0f} ms{shown}")
-        if message.sql not in self.history[-1:]:
+        took = f" in {message.seconds:.1f} s" if message.seconds >= SHOW_TIME_AFTER_S else ""
+        self.query_one("#sql-status", Static).update(f"{len(message.rows)} rows{took}{shown}")
+        if message.sql and message.sql not in self.history[-1:]:
             self.history = [*self.history, message.sql][-HISTORY_LIMIT:]
             self._store_saved()
             self._fill_queries()
