@@ -13,7 +13,9 @@ Accepted shapes (whitespace around any of them is fine):
 * one or more ``<tool_call>...</tool_call>`` blocks (Hermes / Qwen style), with
   prose around them.
 
-A leading ``<think>...</think>`` block (Qwen3, DeepSeek-R1) is dropped first.
+A leading ``<think>...</think>`` block (Qwen3, DeepSeek-R1) is dropped first. Text
+that is one JSON document is read as such, even when its strings mention fences
+or tags.
 
 **No call versus a broken call.** Text is a deliberate no-call answer
 (``ok=True``, no calls) only when it holds no call attempt at all: no ``{``, no
@@ -85,17 +87,24 @@ def _parse(text: Any) -> ParseResult:
         raise _FormatError(f"output is {len(text)} characters, over the {MAX_CHARS} limit")
     _require_encodable(text)
     body = _drop_think_block(text.strip())
+    if body.startswith("{") or (body.startswith("[") and ("{" in body or _EMPTY_LIST.fullmatch(body))):
+        try:
+            return _result(_calls_from_json(body), "bare" if body.startswith("{") else "list")
+        except _FormatError:
+            # Not one JSON document; it may still be a call wrapped in tags or a fence after a leading brace.
+            if not _has_wrapper(body):
+                raise
     if _OPEN_TAG in body or _CLOSE_TAG in body:
         return _result(_calls_from_tags(body), "tool_call")
     if _FENCE in body:
         return _result(_calls_from_fences(body), "fence")
-    if body.startswith("{"):
-        return _result(_calls_from_json(body), "bare")
-    if body.startswith("[") and ("{" in body or _EMPTY_LIST.fullmatch(body)):
-        return _result(_calls_from_json(body), "list")
     if "{" in body or "<tool_call" in body:
         raise _FormatError("text contains a '{' but is not a tool call in an accepted shape")
     return ParseResult(ok=True, calls=(), shape="prose")
+
+
+def _has_wrapper(body: str) -> bool:
+    return _OPEN_TAG in body or _CLOSE_TAG in body or _FENCE in body
 
 
 def _result(calls: list[ToolCall], shape: str) -> ParseResult:

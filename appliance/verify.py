@@ -125,19 +125,24 @@ class Verifier:
         parse_ok: bool = True,
         parse_error: str = "",
         executed_errors: Sequence[str] = (),
+        raised: bool = False,
     ) -> Verdict:
         """Verdict for calls an agent loop already parsed (and perhaps executed). Never raises.
 
         `parse_ok=False` marks a turn that did not parse (`parse_error` says why).
-        `executed_errors` are the errors the loop saw when its calls raised; any
-        makes the trajectory an execution_error, like a raise in the replay.
+        `executed_errors` are the errors the loop saw when its calls raised (or just
+        `raised=True` when it kept no message); either makes the trajectory an
+        execution_error, like a raise in the replay.
         """
         try:
             calls = tuple(calls)
             malformed = _malformed_call(calls)
             if malformed:
                 return _verdict("format_error", malformed, parse_ok=False)
-            return self._judge(task, calls, parse_ok, parse_error, tuple(str(e) for e in executed_errors))
+            loop_errors = tuple(str(e) for e in executed_errors)
+            if raised and not loop_errors:
+                loop_errors = ("a call raised during the agent loop",)
+            return self._judge(task, calls, parse_ok, parse_error, loop_errors)
         except Exception as err:  # noqa: BLE001
             return _internal_error(task, err)
 

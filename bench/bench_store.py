@@ -51,14 +51,21 @@ def realistic_rollouts(n: int, run_id: str, seed: int = 0) -> list[dict]:
     return rows
 
 
-def bench_ingest(ws: Workspace, batch: int, total: int) -> float:
-    rows = realistic_rollouts(batch, "ingest")
-    start = time.perf_counter()
-    for step in range(total // batch):
-        for row in rows:
-            row["step"] = step
-        ws.append("rollouts", rows)
-    return (total // batch) * batch / (time.perf_counter() - start)
+def bench_ingest(ws: Workspace, batch: int, total: int, rounds: int = 3) -> tuple[float, float]:
+    """Best-of-rounds rows/s by wall clock and by this process's CPU time (the second ignores other load)."""
+    rows = realistic_rollouts(batch, f"ingest-{batch}")
+    best_wall, best_cpu, step = 0.0, 0.0, 0
+    for _ in range(rounds):
+        wall, cpu = time.perf_counter(), time.process_time()
+        for _ in range(total // batch):
+            for row in rows:
+                row["step"] = step
+            ws.append("rollouts", rows)
+            step += 1
+        written = (total // batch) * batch
+        best_wall = max(best_wall, written / (time.perf_counter() - wall))
+        best_cpu = max(best_cpu, written / (time.process_time() - cpu))
+    return best_wall, best_cpu
 
 
 def bench_step_visible(ws: Workspace, reader: Workspace, prior_steps: int, samples: int) -> tuple[float, float]:
@@ -98,8 +105,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-store-") as folder:
         ws = Workspace.open(Path(folder) / "runs")
         reader = Workspace.open(ws.root)
-        print(f"ingest_rows_per_s_batch_10000: {bench_ingest(ws, 10_000, 300_000):.0f}")
-        print(f"ingest_rows_per_s_batch_64: {bench_ingest(ws, 64, 64 * 200):.0f}")
+        for batch, total in ((10_000, 100_000), (64, 64 * 100)):
+            wall, cpu = bench_ingest(ws, batch, total)
+            print(f"ingest_rows_per_s_batch_{batch}: {wall:.0f}")
+            print(f"ingest_rows_per_cpu_s_batch_{batch}: {cpu:.0f}")
         p50, p95 = bench_step_visible(ws, reader, prior_steps=200, samples=50)
         print(f"step64_visible_ms_p50_after_200_steps: {p50:.1f}")
         print(f"step64_visible_ms_p95_after_200_steps: {p95:.1f}")
@@ -111,11 +120,14 @@ def main() -> None:
                 row["step"] = step
             ws.append("rollouts", rows)
         print(f"query_rows: {steps * len(rows)}")
-        print(f"query_group_by_bucket_step_s_{steps}_parts: {time_query(reader):.4f}")
+        uncompacted = time_query(reader)
+        print(f"query_group_by_bucket_step_s_{steps}_parts: {uncompacted:.4f}")
         start = time.perf_counter()
         merged = ws.compact("rollouts", "big")
         print(f"compact_s_{merged}_parts: {time.perf_counter() - start:.2f}")
-        print(f"query_group_by_bucket_step_s_compacted: {time_query(reader):.4f}")
+        compacted = time_query(reader)
+        print(f"query_group_by_bucket_step_s_compacted: {compacted:.4f}")
+        print(f"query_speedup_from_compaction: {uncompacted / compacted:.2f}")
         print(f"query_group_by_bucket_step_s_all_runs_compacted: "
               f"{time_query_all(reader, ws):.4f}")
         reader.close()

@@ -200,3 +200,12 @@ def test_too_many_calls_is_a_format_error():
 def test_non_text_input_is_a_format_error(value):
     result = parse_tool_calls(value)
     assert not result.ok and "not text" in result.error
+
+
+def test_bare_json_whose_text_mentions_fences_or_tags_stays_bare():
+    call = ToolCall("email_send_email", {"body": "Use ```json``` and <tool_call> literally", "subject": "x"})
+    assert only_call(json.dumps(call.to_json())) == call
+
+
+def test_prose_starting_with_a_brace_before_a_fence_still_finds_the_fence():
+    assert only_call("{thinking} then:\n```json\n" + SEND_JSON + "\n```") == SEND

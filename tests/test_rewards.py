@@ -201,3 +201,22 @@ def test_works_as_a_grpo_trainer_reward_list(verifier):
     funcs = make_reward_funcs(verifier, "shaped", TASKS)
     assert [trainer_module.get_callable_name(f) for f in funcs] == list(COMPONENTS)
     assert not any(trainer_module.is_async_callable(f) for f in funcs)
+
+
+@pytest.mark.slow
+def test_real_grpo_trainer_computes_the_scheme_total(verifier, tiny_model_dir, tmp_path):
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+
+    rows = [{"prompt": "email Carlos", "task_id": "send"}] * 4
+    config = GRPOConfig(output_dir=str(tmp_path), reward_weights=reward_weights("shaped"), use_cpu=True,
+                        per_device_train_batch_size=2, num_generations=2, max_completion_length=8, report_to=[])
+    trainer = GRPOTrainer(model=str(tiny_model_dir), reward_funcs=make_reward_funcs(verifier, "shaped", TASKS),
+                          args=config, train_dataset=Dataset.from_list(rows),
+                          processing_class=AutoTokenizer.from_pretrained(tiny_model_dir))
+    per_func = trainer._calculate_rewards(rows[:2], ["email Carlos"] * 2, [GOOD, HALF_RIGHT], [[1], [1]])
+    totals = (per_func * trainer.reward_weights).nansum(dim=1).tolist()
+    assert trainer.reward_func_names == list(COMPONENTS)
+    assert totals == pytest.approx([1.6, 0.1 + 0.2 + 0.3 * 2 / 3])
+    assert trainer._pending_extra_logs["verdict_bucket"] == ["success", "wrong_arguments"]

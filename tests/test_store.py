@@ -213,3 +213,36 @@ def test_stale_temp_files_are_ignored_by_readers_and_removed_on_open(ws):
     Workspace.open(ws.root)
     assert not stale.exists()
 
+
+
+def test_upgrade_rewrites_parts_written_with_fewer_columns(ws):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    old_part = ws.data_dir / "alarms" / "run_id=old"
+    old_part.mkdir()
+    pq.write_table(pa.table({"run_id": ["old"], "kind": ["regression"]}), old_part / "0001-old.parquet")
+    with duckdb.connect(str(ws.db_path)) as con:
+        con.execute("UPDATE schema_version SET version = 0")
+    upgraded = Workspace.open(ws.root)
+    assert upgraded.query("SELECT run_id, kind, severity FROM alarms")[1] == [("old", "regression", None)]
+    [part] = old_part.glob("*.parquet")
+    assert pq.read_schema(part).names == list(TABLES["alarms"].column_names)
+
+
+def test_ids_that_look_like_numbers_or_the_seed_stay_text(ws):
+    ws.append("events", [{"run_id": "123", "seq": 0, "type": "a"}, {"run_id": "_seed", "seq": 0, "type": "b"}])
+    assert ws.query("SELECT run_id, typeof(run_id) FROM events ORDER BY type")[1] == [
+        ("123", "VARCHAR"), ("_seed", "VARCHAR")]
+
+
+def test_run_writer_compacts_every_n_steps_and_on_finish(ws):
+    writer = ws.writer("r1", compact_every=3)
+    for _ in range(4):
+        writer.write_step([rollout(i) for i in range(2)])
+    folder = ws.data_dir / "rollouts" / "run_id=r1"
+    assert len(list(folder.glob("*.parquet"))) == 2  # steps 0-2 merged, step 3 on its own
+    writer.event("run_finished")
+    writer.finish()
+    assert len(list(folder.glob("*.parquet"))) == 1
+    assert ws.query("SELECT status, finished_at IS NOT NULL FROM runs")[1] == [("finished", True)]
+    assert ws.query("SELECT count(*), count(DISTINCT step) FROM rollouts")[1] == [(8, 4)]

@@ -7,35 +7,32 @@ from pathlib import Path
 
 import pytest
 
-from appliance.task import Task, ToolCall, Verdict
+from appliance.task import BUCKETS
 from appliance.train import TrainConfig, run_grpo, run_sft
 from appliance import checkpoints as registry
 
 TOOLS = [{"type": "function", "function": {"name": "send_email", "description": "Send an email",
-                                           "parameters": {"type": "object", "properties": {"to": {"type": "string"}}}}}]
+                                           "parameters": {"type": "object", "properties": {"to": {"type": "string"}},
+                                                          "required": ["to"]}}}]
 
 
-@dataclasses.dataclass
-class TinyPack:
-    """Duck-typed stand-in for appliance.packs.Pack (name, tools, system_prompt, tasks, task, data_hash)."""
+NAMES = ["Carlos", "Nadia", "Sam", "Ana", "Omar"]
 
-    name: str = "tiny"
-    tools: list = dataclasses.field(default_factory=lambda: TOOLS)
-    system_prompt: str = "You are a helpful assistant."
-    reward_scheme: str = "binary"
-    max_turns: int = 1
 
-    def tasks(self, split: str) -> list[Task]:
-        requests = ["Email Carlos about the budget.", "Email Nadia about the dashboard.",
-                    "Email Sam about Friday.", "Email Ana about the plot."]
-        return [Task(id=f"t{i}", messages=({"role": "user", "content": text},),
-                     expected=(ToolCall("send_email", {"to": text.split()[1]}),)) for i, text in enumerate(requests)]
-
-    def task(self, task_id: str) -> Task:
-        return next(t for t in self.tasks("train") if t.id == task_id)
-
-    def data_hash(self) -> str:
-        return "sha256:tiny"
+def write_mini_pack(folder: Path) -> Path:
+    """A real on-disk pack (loaded by appliance.packs.load_pack): one tool, four train tasks, no world."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "pack.toml").write_text(
+        'name = "mini"\ndescription = "Email requests for training tests."\nversion = "1"\nworld = "none"\n'
+        'tools = "tools.json"\nreward_scheme = "shaped"\nmax_turns = 1\n'
+        'system_prompt = "Reply with one JSON tool call."\n\n[splits]\ntrain = "train.jsonl"\nval = "val.jsonl"\n')
+    (folder / "tools.json").write_text(json.dumps(TOOLS))
+    rows = [{"id": f"m{i}", "messages": [{"role": "user", "content": f"Email {name} about the budget."}],
+             "expected": [{"name": "send_email", "arguments": {"to": name}}], "kind": "single_step", "tags": {}}
+            for i, name in enumerate(NAMES)]
+    (folder / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:4]))
+    (folder / "val.jsonl").write_text(json.dumps(rows[4]) + "\n")
+    return folder
 
 
 def length_reward(prompts, completions, **kwargs):
@@ -47,13 +44,6 @@ def exact_reward(prompts, completions, **kwargs):
     return [1.0 if c.strip().startswith('{"name": "send_email"') else 0.0 for c in completions]
 
 
-def fake_verify(task_id: str, text: str) -> Verdict:
-    ok = text.strip().startswith("{")
-    return Verdict(parse_ok=ok, schema_ok=ok, tool_ok=False, arguments_ok=False, arguments_fraction=0.0,
-                   executed_ok=False, state_match=False, unsafe=False, unsafe_rule=None,
-                   bucket="wrong_tool" if ok else "format_error", reason="tiny", n_calls=int(ok))
-
-
 def lora_tensors(adapter_dir: Path) -> dict:
     from safetensors.torch import load_file
 
@@ -61,22 +51,25 @@ def lora_tensors(adapter_dir: Path) -> dict:
 
 
 def changed(before: dict, after: dict) -> bool:
+    """LoRA B starts at zero, so only training can move it (A is random at init)."""
     import torch
 
-    return any(not torch.equal(before[k], after[k]) for k in before)
+    b_keys = [k for k in before if "lora_B" in k]
+    assert b_keys and all(torch.count_nonzero(before[k]) == 0 for k in b_keys)
+    return any(not torch.equal(before[k], after[k]) for k in b_keys)
 
 
 @pytest.fixture
 def config(tiny_model_dir, tmp_path) -> TrainConfig:
-    return TrainConfig(model=str(tiny_model_dir), pack="tiny", backend="cpu", steps=1, learning_rate=1e-2,
+    return TrainConfig(model=str(tiny_model_dir), pack=str(write_mini_pack(tmp_path / "mini")), backend="cpu", steps=1, learning_rate=1e-2,
                        lora_r=4, lora_alpha=8, num_generations=4, prompts_per_step=2, max_completion_tokens=12,
                        temperature=1.0, eval_every=1, batch_size=4, max_seq_length=256,
                        output=str(tmp_path / "checkpoints"), workspace=str(tmp_path / "runs"))
 
 
 def grpo(config, **kwargs):
-    return run_grpo(config, pack=TinyPack(), reward_funcs=[length_reward, exact_reward],
-                    reward_weights=[1.0, 1.0], verify=fake_verify, **kwargs)
+    """GRPO with the real pack and verifier; the length reward gives a random model's groups variance."""
+    return run_grpo(config, reward_funcs=[length_reward, exact_reward], reward_weights=[1.0, 1.0], **kwargs)
 
 
 def initial_adapter(config, tmp_path) -> Path:
@@ -92,7 +85,7 @@ def initial_adapter(config, tmp_path) -> Path:
 def test_sft_step_changes_lora_and_saves_checkpoint(config, tmp_path):
     seen = []
     evals = []
-    result = run_sft(config, pack=TinyPack(), sink=seen.append,
+    result = run_sft(config, sink=seen.append,
                      on_eval=lambda path, step: evals.append((path, step)) or {"success_rate": 0.25})
     before = lora_tensors(initial_adapter(dataclasses.replace(config, stage="sft"), tmp_path))
     after = lora_tensors(result.final_adapter)
@@ -101,7 +94,7 @@ def test_sft_step_changes_lora_and_saves_checkpoint(config, tmp_path):
     assert manifest["stage"] == "sft" and manifest["step"] == 1
     assert manifest["metrics"]["heldout"] == {"success_rate": 0.25}
     assert manifest["base_model"]["hash"].startswith("sha256:")
-    assert manifest["pack"] == {"name": "tiny", "data_hash": "sha256:tiny"}
+    assert manifest["pack"]["name"] == "mini" and len(manifest["pack"]["data_hash"]) >= 32
     assert evals == [(result.final_adapter, 1)]
     types = [e.type for e in seen]
     assert types[0] == "run_started" and "step_metrics" in types and "checkpoint_saved" in types
@@ -123,7 +116,7 @@ def test_grpo_step_changes_lora_writes_rollouts_and_checkpoint(config, tmp_path)
     assert len(rows) == 8  # 2 prompts x 4 generations
     assert {r[0] for r in rows} == {1}
     assert sorted(r[2] for r in rows) == [0, 0, 1, 1, 2, 2, 3, 3]
-    assert all(r[5] in ("format_error", "wrong_tool") for r in rows)
+    assert all(r[5] in BUCKETS and r[5] != "success" for r in rows)  # the real verifier judged them
     assert all(r[6] is not None and r[7] is not None and r[8] > 0 for r in rows)
     assert all(abs(r[3] - (r[4] + r[9])) < 1e-9 for r in rows)  # total = weighted sum of components
     _, ck = ws.query("SELECT id, step FROM checkpoints WHERE run_id = ?", [result.run_id])
@@ -173,3 +166,14 @@ def test_dapo_preset_runs_and_reports_dropped_groups(config):
     grpo(dataclasses.replace(config, preset="dapo"), sink=seen.append)
     metrics = next(e for e in seen if e.type == "step_metrics").metrics
     assert 0.0 <= metrics["frac_groups_dropped"] <= 1.0
+
+
+def test_grpo_default_rewards_store_every_component(config):
+    from appliance.rewards import COMPONENTS
+    from appliance.store import Workspace
+
+    result = run_grpo(config)  # the pack's own scheme (shaped), reward functions and verifier
+    _, rows = Workspace.open(config.workspace).query(
+        "SELECT map_keys(components), reward, v_reason FROM rollouts WHERE run_id = ?", [result.run_id])
+    assert len(rows) == 8
+    assert all(sorted(r[0]) == sorted(COMPONENTS) and r[2] for r in rows)

@@ -223,6 +223,7 @@ def test_verify_calls_takes_an_agent_loops_calls_and_errors(verifier):
     assert verifier.verify_calls(multi, [SEARCH, SEND]).success
     verdict = verifier.verify_calls(multi, [SEARCH, SEND], executed_errors=["email_search_emails timed out"])
     assert verdict.bucket == "execution_error" and verdict.reason == "email_search_emails timed out"
+    assert verifier.verify_calls(multi, [SEARCH, SEND], raised=True).bucket == "execution_error"
     failed = verifier.verify_calls(multi, [], parse_ok=False, parse_error="turn 2: invalid JSON")
     assert failed.bucket == "format_error" and failed.reason == "turn 2: invalid JSON"
 

@@ -38,6 +38,8 @@ except ImportError:  # not POSIX: appends and compaction are not mutually exclud
 DB_NAME = "appliance.duckdb"
 # A query whose globbed part vanished (compaction swapped the folder) is retried this many times.
 QUERY_ATTEMPTS = 4
+# Appends larger than this are converted and written chunk by chunk, on two threads.
+CHUNK_ROWS = 4096
 
 
 class Workspace:
@@ -97,10 +99,13 @@ class Workspace:
         An append is atomic per run (or eval): rows for several runs become one part in each run's folder.
         """
         spec = self._table(table)
+        rows = rows if isinstance(rows, (list, tuple)) else list(rows)
         if not rows:
             return
         for value, group in _group_by(rows, spec.partition_by):
-            data = to_arrow(spec, group)
+            # Small batches in one piece; large ones in chunks so converting and writing overlap.
+            data = (to_arrow(spec, group) if len(group) <= CHUNK_ROWS else
+                    (to_arrow(spec, group[i:i + CHUNK_ROWS]) for i in range(0, len(group), CHUNK_ROWS)))
             with self._shared_lock():
                 parts.write_part(self._partition_folder(spec, value), data)
 
@@ -129,7 +134,7 @@ class Workspace:
     def connect(self) -> duckdb.DuckDBPyConnection:
         """A new in-memory DuckDB connection with every table as a view; holds no lock on any file."""
         con = duckdb.connect(":memory:")
-        con.execute("SET parquet_metadata_cache = true")  # parts never change once written, so footers can be cached
+        con.execute("SET parquet_metadata_cache = true")  # parts never change, so their footers can be cached
         migrations.create_views(con, self.data_dir)
         return con
 

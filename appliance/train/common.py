@@ -223,8 +223,16 @@ def oom_error(config: TrainConfig, run_id: str) -> ApplianceError:
         f"gpu_memory_utilization ({config.gpu_memory_utilization}); then continue with --resume {run_id}.")
 
 
+def _quiet(trainer: Any) -> None:
+    """Drop transformers' stdout printer: a child process's stdout carries only our events."""
+    from transformers.trainer_callback import PrinterCallback
+
+    trainer.remove_callback(PrinterCallback)
+
+
 def train_with_guard(run: RunContext, trainer: Any) -> None:
     """trainer.train (resuming when asked), turning OOM into advice and recording failure."""
+    _quiet(trainer)
     try:
         trainer.train(resume_from_checkpoint=str(run.resume_checkpoint) if run.resume_checkpoint else None)
     except BaseException as err:

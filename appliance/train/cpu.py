@@ -23,9 +23,11 @@ class CpuBackend:
 
     def load_for_training(self, config: TrainConfig) -> tuple[Any, Any]:
         from peft import LoraConfig, get_peft_model
+        from transformers import set_seed
 
         from ..models import load_model
 
+        set_seed(config.seed)  # the LoRA A init is random: same seed, same starting adapter
         if config.init_adapter:
             return load_model(config.model, adapter=config.init_adapter, dtype="float32", for_training=True)
         model, tokenizer = load_model(config.model, dtype="float32", for_training=True)

@@ -85,7 +85,6 @@ class AuditScreen(Screen):
     def on_mount(self) -> None:
         self.query_one("#agreement", DataTable).add_columns("bucket", "n", "agree", "rate")
         self.query_one("#audit-note").display = False
-        self.load_evals()
 
     def on_screen_resume(self) -> None:
         self.load_evals()

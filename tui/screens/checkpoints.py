@@ -14,7 +14,7 @@ from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, RichLog, Static
@@ -102,10 +102,9 @@ class CheckpointsScreen(Screen):
             yield Static("no checkpoints yet — train one on Train (4)", id="lineage-empty", classes="empty")
         yield Input(placeholder="merged export folder, then enter", id="export-path")
         with Horizontal(id="ckpt-bottom"):
-            gate = Static("select a checkpoint and press p to ask the promotion gate", id="gate",
-                          classes="panel muted")
-            gate.border_title = "Promotion gate"
-            yield gate
+            with VerticalScroll(id="gate-box", classes="panel") as gate_box:
+                gate_box.border_title = "Promotion gate"
+                yield Static("select a checkpoint and press p to ask the promotion gate", id="gate")
             log = RichLog(id="ckpt-log", classes="panel", wrap=True, markup=True)
             log.border_title = "Engine"
             yield log
@@ -115,7 +114,6 @@ class CheckpointsScreen(Screen):
         self.query_one("#lineage", DataTable).add_columns(
             "run", "checkpoint", "step", "held-out", "Δ base", "valid JSON", "unsafe", "")
         self.query_one("#export-path").display = False
-        self.action_refresh()
 
     def on_screen_resume(self) -> None:
         self.action_refresh()

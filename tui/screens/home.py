@@ -89,11 +89,11 @@ class HomeScreen(Screen):
         self.query_one("#runs", DataTable).add_columns("run", "kind", "status", "started")
         self.query_one("#evals", DataTable).add_columns("eval", "model", "adapter", "split", "pass@1")
         self.query_one(HardwarePanel).show({}, {})
-        self.action_refresh()
         self.read_host()
         self.ask_doctor()
 
     def on_screen_resume(self) -> None:
+        # Also runs when the screen is first shown, so this is the only place that loads.
         self.action_refresh()
 
     def action_refresh(self) -> None:
