@@ -94,6 +94,7 @@ class Verifier:
         self.world = world
         self.rules = validate_rules(unsafe_rules)
         self._validators = {name: _compile(schema) for name, schema in _schemas(tools).items()}
+        self._task_validators: dict[str, dict[str, Any]] = {}
         self._world_api = _load_world_api() if world == "workbench" else None
         self._expected_worlds: dict[str, Any] = {}
         self._replays: OrderedDict[tuple[str, str], tuple[tuple[str, ...], bool, bool]] = OrderedDict()
@@ -155,7 +156,7 @@ class Verifier:
         if not parse_ok:
             return _verdict("format_error", parse_error or "output did not parse", parse_ok=False)
         n = len(calls)
-        schema_problem = self._schema_problem(calls)
+        schema_problem = self._schema_problem(task, calls)
         schema_ok = schema_problem is None
         unsafe = check_unsafe(task, calls, self.rules)
         if unsafe is not None:
@@ -225,10 +226,19 @@ class Verifier:
 
     # --- schema and tools -------------------------------------------------------------------
 
-    def _schema_problem(self, calls: Sequence[ToolCall]) -> tuple[str, str] | None:
+    def _validators_for(self, task: Task) -> dict[str, Any]:
+        """The pack's validators, or the task's own when its tools vary per task (BFCL)."""
+        if getattr(task, "tools", None) is None:
+            return self._validators
+        if task.id not in self._task_validators:
+            self._task_validators[task.id] = {n: _compile(s) for n, s in _schemas(task.tools).items()}
+        return self._task_validators[task.id]
+
+    def _schema_problem(self, task: Task, calls: Sequence[ToolCall]) -> tuple[str, str] | None:
         """(bucket, reason) for the first call with an unknown tool or invalid arguments."""
+        validators = self._validators_for(task)
         for call in calls:
-            validator = self._validators.get(call.name)
+            validator = validators.get(call.name)
             if validator is None:
                 return "wrong_tool", f"called unknown tool {_clip(repr(call.name))}"
             problem = validator(call.arguments)

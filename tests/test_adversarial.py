@@ -166,8 +166,6 @@ def test_verify_never_raises_on_non_text_outputs():
         assert VERIFIER.verify(TASKS[0], output).bucket == "format_error"
 
 
-@pytest.mark.xfail(reason="appliance/world uses Python's re, which has no timeout: a catastrophic "
-                          "regex in a search query stalls the replay (owner: the world helper)", strict=False)
 def test_catastrophic_regex_in_a_search_does_not_stall_the_replay():
     redos = {"name": "calendar_search_events", "arguments": {"query": "(.*.*)*x"}}
     script = (

@@ -246,3 +246,16 @@ def test_run_writer_compacts_every_n_steps_and_on_finish(ws):
     assert len(list(folder.glob("*.parquet"))) == 1
     assert ws.query("SELECT status, finished_at IS NOT NULL FROM runs")[1] == [("finished", True)]
     assert ws.query("SELECT count(*), count(DISTINCT step) FROM rollouts")[1] == [(8, 4)]
+
+
+def test_append_accepts_an_arrow_table_and_checks_it(ws):
+    import pyarrow as pa
+    data = pa.table({"run_id": ["a", "a", "b"], "step": [0, 0, 1], "reward": [1, 0, 1],
+                     "v_bucket": ["success", "missed_call", "success"]})
+    ws.append("rollouts", data)
+    assert ws.query("SELECT run_id, step, reward, bucket FROM rollouts ORDER BY ALL")[1] == [
+        ("a", 0, 0.0, "missed_call"), ("a", 0, 1.0, "success"), ("b", 1, 1.0, "success")]
+    with pytest.raises(StoreError, match="no column"):
+        ws.append("rollouts", pa.table({"run_id": ["a"], "step": [0], "oops": [1]}))
+    with pytest.raises(StoreError, match="needs a value for run_id"):
+        ws.append("rollouts", pa.table({"step": [0]}))

@@ -15,10 +15,7 @@ import shutil
 import sys
 import time
 import uuid
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import BinaryIO
 from urllib.parse import quote
 
 import pyarrow as pa
@@ -63,9 +60,8 @@ def fsync_folder(folder: Path) -> None:
         os.close(fd)
 
 
-def write_part(folder: Path, data: pa.Table | Iterator[pa.Table], name: str | None = None,
-               compression: str = "snappy") -> Path:
-    """Write `data` (a table, or chunks of one) as one parquet file in `folder`, durably and atomically.
+def write_part(folder: Path, data: pa.Table, name: str | None = None, compression: str = "snappy") -> Path:
+    """Write `data` as one parquet file in `folder`, durably and atomically; return its path.
 
     Snappy suits appends (a third of zstd's fixed cost on a 64-row step); compaction asks for zstd.
     """
@@ -73,10 +69,7 @@ def write_part(folder: Path, data: pa.Table | Iterator[pa.Table], name: str | No
     temp = folder / _temp_name()
     try:
         with open(temp, "wb") as handle:
-            if isinstance(data, pa.Table):
-                pq.write_table(data, handle, compression=compression, row_group_size=ROW_GROUP_SIZE)
-            else:
-                _write_chunks_overlapped(handle, data, compression)
+            pq.write_table(data, handle, compression=compression, row_group_size=ROW_GROUP_SIZE)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temp, final)
@@ -85,20 +78,6 @@ def write_part(folder: Path, data: pa.Table | Iterator[pa.Table], name: str | No
         raise
     fsync_folder(folder)
     return final
-
-
-def _write_chunks_overlapped(handle: BinaryIO, chunks: Iterator[pa.Table], compression: str) -> None:
-    """Arrow encodes parquet without holding the GIL, so producing chunk n+1 (Python) overlaps writing chunk n."""
-    first = next(chunks)
-    # A pool per call, not per module: a module-level thread would be dead in a forked child.
-    with ThreadPoolExecutor(1) as pool, pq.ParquetWriter(handle, first.schema, compression=compression) as writer:
-        pending = pool.submit(writer.write_table, first)
-        try:
-            for chunk in chunks:
-                pending.result()
-                pending = pool.submit(writer.write_table, chunk)
-        finally:
-            pending.result()
 
 
 def list_parts(folder: Path) -> list[Path]:

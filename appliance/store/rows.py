@@ -19,8 +19,13 @@ from appliance.errors import StoreError
 from appliance.store.schema import NOW_DEFAULT_COLUMNS, VERSION_COLUMN, Table
 
 
-def to_arrow(table: Table, rows: Sequence[Mapping[str, Any]]) -> pa.Table:
-    """Validate `rows` against `table` and convert them; missing columns become NULL (or their default)."""
+def to_arrow(table: Table, rows: Sequence[Mapping[str, Any]] | pa.Table) -> pa.Table:
+    """Validate `rows` against `table` and convert them; missing columns become NULL (or their default).
+
+    `rows` may already be an Arrow table (the fast path for bulk imports): its columns are cast to the schema.
+    """
+    if isinstance(rows, pa.Table):
+        return _complete(table, _cast_columns(table, rows), len(rows))
     present = _present_columns(table, rows)
     rows = _encode_values(table, rows, present)
     fields = [pa.field(c.name, c.arrow_type) for c in table.columns if c.name in present]
@@ -28,7 +33,7 @@ def to_arrow(table: Table, rows: Sequence[Mapping[str, Any]]) -> pa.Table:
         struct = pa.array(rows, type=pa.struct(fields))
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError) as err:
         raise StoreError(_explain_conversion_error(table, rows, fields, err)) from None
-    return _complete(table, struct)
+    return _complete(table, {field.name: struct.field(i) for i, field in enumerate(struct.type)}, len(struct))
 
 
 def _present_columns(table: Table, rows: Sequence[Mapping[str, Any]]) -> set[str]:
@@ -43,6 +48,22 @@ def _present_columns(table: Table, rows: Sequence[Mapping[str, Any]]) -> set[str
         raise StoreError(f"Table {table.name} has no column(s) {', '.join(unknown)}; "
                          "see appliance/store/schema.py for its columns.")
     return present
+
+
+def _cast_columns(table: Table, data: pa.Table) -> dict[str, pa.Array]:
+    unknown = sorted(set(data.column_names) - set(table.column_names))
+    if unknown:
+        raise StoreError(f"Table {table.name} has no column(s) {', '.join(unknown)}; "
+                         "see appliance/store/schema.py for its columns.")
+    given = {}
+    for name in data.column_names:
+        column = table.column(name)
+        try:
+            given[name] = data[name].combine_chunks().cast(column.arrow_type)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as err:
+            raise StoreError(f"Column {table.name}.{name} expects {column.kind} values "
+                             f"({str(err).splitlines()[0]}).") from None
+    return given
 
 
 def _check_required(table: Table, given: dict[str, pa.Array]) -> None:
@@ -103,10 +124,8 @@ def _explain_conversion_error(table: Table, rows, fields: list[pa.Field], err: E
     return f"Rows for {table.name} cannot be stored ({str(err).splitlines()[0]})."
 
 
-def _complete(table: Table, struct: pa.StructArray) -> pa.Table:
+def _complete(table: Table, given: dict[str, pa.Array], n: int) -> pa.Table:
     """Every schema column in order: given ones, defaults, and NULLs for the rest."""
-    n = len(struct)
-    given = {field.name: struct.field(i) for i, field in enumerate(struct.type)}
     _check_required(table, given)
     now = pa.scalar(datetime.now(timezone.utc), type=pa.timestamp("us", tz="UTC"))
     columns = []

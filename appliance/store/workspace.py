@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from appliance.errors import StoreError
 from appliance.store import compaction, migrations, parts
@@ -38,8 +40,6 @@ except ImportError:  # not POSIX: appends and compaction are not mutually exclud
 DB_NAME = "appliance.duckdb"
 # A query whose globbed part vanished (compaction swapped the folder) is retried this many times.
 QUERY_ATTEMPTS = 4
-# Appends larger than this are converted and written chunk by chunk, on two threads.
-CHUNK_ROWS = 4096
 
 
 class Workspace:
@@ -93,19 +93,18 @@ class Workspace:
         """A readable, sortable, unique id such as `grpo-20250101-120000-a1b2c3`."""
         return f"{prefix}-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
 
-    def append(self, table: str, rows: Sequence[Mapping[str, Any]]) -> None:
+    def append(self, table: str, rows: Sequence[Mapping[str, Any]] | pa.Table) -> None:
         """Store `rows` durably: when this returns they survive a crash and every new query sees them.
 
-        An append is atomic per run (or eval): rows for several runs become one part in each run's folder.
+        `rows` are dicts of column to value, or an Arrow table (faster for bulk imports). An append is
+        atomic per run (or eval): rows for several runs become one part in each run's folder.
         """
         spec = self._table(table)
-        rows = rows if isinstance(rows, (list, tuple)) else list(rows)
-        if not rows:
+        rows = rows if isinstance(rows, (list, tuple, pa.Table)) else list(rows)
+        if len(rows) == 0:
             return
         for value, group in _group_by(rows, spec.partition_by):
-            # Small batches in one piece; large ones in chunks so converting and writing overlap.
-            data = (to_arrow(spec, group) if len(group) <= CHUNK_ROWS else
-                    (to_arrow(spec, group[i:i + CHUNK_ROWS]) for i in range(0, len(group), CHUNK_ROWS)))
+            data = to_arrow(spec, group)
             with self._shared_lock():
                 parts.write_part(self._partition_folder(spec, value), data)
 
@@ -216,8 +215,11 @@ class Workspace:
         return f"Workspace({str(self.root)!r}, schema v{SCHEMA_VERSION})"
 
 
-def _group_by(rows: Sequence[Mapping[str, Any]], column: str) -> Iterator[tuple[Any, Sequence[Mapping]]]:
+def _group_by(rows: Sequence[Mapping[str, Any]] | pa.Table, column: str) -> Iterator[tuple[Any, Any]]:
     """Rows per distinct value of `column` (usually one group: a batch belongs to one run)."""
+    if isinstance(rows, pa.Table):
+        yield from _group_arrow(rows, column)
+        return
     try:
         values = {row.get(column) for row in rows}
     except (AttributeError, TypeError):
@@ -229,6 +231,18 @@ def _group_by(rows: Sequence[Mapping[str, Any]], column: str) -> Iterator[tuple[
     for row in rows:
         groups.setdefault(row.get(column), []).append(row)
     yield from groups.items()
+
+
+def _group_arrow(data: pa.Table, column: str) -> Iterator[tuple[Any, pa.Table]]:
+    if column not in data.column_names:
+        yield None, data  # to_arrow reports the missing required column
+        return
+    values = pc.unique(data[column]).to_pylist()
+    if len(values) == 1:
+        yield values[0], data
+        return
+    for value in values:
+        yield value, data.filter(pc.is_null(data[column]) if value is None else pc.equal(data[column], value))
 
 
 def _is_vanished_part(err: duckdb.Error) -> bool:

@@ -13,14 +13,10 @@ zero-variance groups from the loss (see presets.py).
 from __future__ import annotations
 
 import math
-import tempfile
 import time
-from pathlib import Path
 from typing import Any, Callable
 
-from .. import checkpoints as registry
-from ..events import Alarm, CheckpointSaved, StepMetrics
-from .alarms import check_reward_hacking
+from ..events import StepMetrics
 
 # TRL log key -> our metric name (StepMetrics.metrics); keys not listed pass through unchanged.
 METRIC_NAMES = {

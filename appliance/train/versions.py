@@ -34,7 +34,9 @@ def installed_versions(packages=tuple(PINNED)) -> dict[str, str | None]:
 def _matches(installed: str, pinned: str) -> bool:
     """A pin "1.16" accepts any 1.16.x; "1.15.0" is exact (local suffixes like +cu128 ignored)."""
     base = installed.split("+", 1)[0]
-    return base == pinned or base.startswith(pinned + ".") if pinned.count(".") < 2 else base == pinned
+    if pinned.count(".") < 2:  # a minor-version pin
+        return base == pinned or base.startswith(pinned + ".")
+    return base == pinned
 
 
 def check_versions(path: str | None = None, installed: dict[str, str | None] | None = None) -> list[str]:

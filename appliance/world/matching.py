@@ -12,6 +12,8 @@ These reproduce the pandas behaviour WorkBench's tools rely on:
 from __future__ import annotations
 
 import re
+
+import regex
 from datetime import datetime
 from functools import lru_cache
 from typing import Any
@@ -28,9 +30,28 @@ class MissingCellError(ValueError):
         super().__init__("Cannot mask with non-boolean array containing NA / NaN values")
 
 
+# A model-written search term is an untrusted regex: the `regex` module's timeout
+# turns catastrophic backtracking into a raised tool call instead of a stalled verifier.
+REGEX_TIMEOUT_S = 0.05
+
+
+class _TimedPattern:
+    def __init__(self, term: str, ignore_case: bool) -> None:
+        try:
+            self._compiled = regex.compile(term, regex.IGNORECASE | regex.VERSION0 if ignore_case else regex.VERSION0)
+        except regex.error as err:
+            raise re.error(str(err)) from None
+
+    def search(self, text: str) -> Any:
+        try:
+            return self._compiled.search(text, timeout=REGEX_TIMEOUT_S)
+        except TimeoutError:
+            raise re.error("search pattern took too long to match (catastrophic backtracking)") from None
+
+
 @lru_cache(maxsize=4096)
-def _pattern(term: str, ignore_case: bool) -> re.Pattern[str]:
-    return re.compile(term, re.IGNORECASE if ignore_case else 0)
+def _pattern(term: str, ignore_case: bool) -> _TimedPattern:
+    return _TimedPattern(term, ignore_case)
 
 
 def regex_contains(term: str, cell: Any, ignore_case: bool = True) -> bool:

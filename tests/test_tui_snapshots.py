@@ -1,0 +1,86 @@
+"""Snapshot tests: every screen in a representative state at 100×30.
+
+Regenerate after an intended change with
+`pytest tests/test_tui_snapshots.py --snapshot-update` and look at the report.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+from textual.worker import WorkerCancelled
+
+from test_tui_support import build_app, eval_script, train_script
+
+SIZE = (100, 30)
+
+
+@pytest.fixture(autouse=True)
+def utc_clock():
+    # Timestamps are shown in local time; pin it so snapshots match on every machine.
+    previous = os.environ.get("TZ")
+    os.environ["TZ"] = "UTC"
+    time.tzset()
+    yield
+    if previous is None:
+        os.environ.pop("TZ", None)
+    else:
+        os.environ["TZ"] = previous
+    time.tzset()
+
+
+async def settle(pilot) -> None:
+    for _ in range(3):
+        try:
+            await pilot.app.workers.wait_for_complete()
+        except WorkerCancelled:
+            pass
+        await pilot.pause()
+
+
+def on_screen(mode: str, *keys: str):
+    async def run_before(pilot) -> None:
+        await pilot.app.switch_mode(mode)
+        await settle(pilot)
+        for key in keys:
+            await pilot.press(key)
+            await settle(pilot)
+        pilot.app.clear_notifications()  # toasts time out; keep the screen itself
+        await pilot.pause()
+    return run_before
+
+
+def test_home_snapshot(snap_compare, tmp_path):
+    app, _, _ = build_app(tmp_path)
+    assert snap_compare(app, terminal_size=SIZE, run_before=on_screen("home"))
+
+
+def test_evaluate_snapshot_after_an_eval(snap_compare, tmp_path):
+    app, _, _ = build_app(tmp_path, eval=eval_script())
+    assert snap_compare(app, terminal_size=SIZE, run_before=on_screen("evaluate", "r"))
+
+
+def test_audit_snapshot_after_two_labels(snap_compare, tmp_path):
+    app, _, _ = build_app(tmp_path)
+    assert snap_compare(app, terminal_size=SIZE, run_before=on_screen("audit", "a", "d"))
+
+
+def test_train_snapshot_with_charts_and_alarm(snap_compare, tmp_path):
+    app, _, _ = build_app(tmp_path, train=train_script())
+    assert snap_compare(app, terminal_size=SIZE, run_before=on_screen("train", "r"))
+
+
+def test_checkpoints_snapshot(snap_compare, tmp_path):
+    app, _, _ = build_app(tmp_path)
+    assert snap_compare(app, terminal_size=SIZE, run_before=on_screen("checkpoints", "down"))
+
+
+def test_sql_snapshot(snap_compare, tmp_path):
+    app, _, _ = build_app(tmp_path)
+    assert snap_compare(app, terminal_size=SIZE, run_before=on_screen("sql"))
+
+
+def test_help_snapshot(snap_compare, tmp_path):
+    app, _, _ = build_app(tmp_path)
+    assert snap_compare(app, terminal_size=SIZE, run_before=on_screen("home", "question_mark"))
