@@ -1,6 +1,6 @@
 """Batched vs one-at-a-time generation with the transformers backend.
 
-Same model, same 16 tool-call prompts (~270 tokens each, five fake workplace
+Same model, same 16 tool-call prompts (~270 tokens each, four fake workplace
 tools), same greedy settings, measured side by side in one run because these
 machines are noisy. Prints `name: value` lines; the goal is a batched speedup
 of at least 4x on 2 CPU cores.
@@ -10,7 +10,12 @@ of at least 4x on 2 CPU cores.
 from __future__ import annotations
 
 import argparse
+import os
 import time
+
+# Before torch loads: with OpenMP's default spin-waiting, 2 threads on a 2-core machine that other
+# processes share run 5-20x slower (measured); passive waiting removes that cliff.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from appliance.generate.hf import HFGenerator
 from appliance.models import load_model
@@ -19,24 +24,23 @@ from appliance.prompting import render_prompt
 SYSTEM_PROMPT = "You are a workplace assistant. Today is Monday 2023-11-27. Use the tools to act on the request."
 
 
-def _tool(name: str, description: str, **properties: str) -> dict:
+def _tool(name: str, description: str, *arguments: str) -> dict:
     return {
         "name": name,
         "description": description,
         "parameters": {
             "type": "object",
-            "properties": {key: {"type": "string", "description": text} for key, text in properties.items()},
-            "required": list(properties),
+            "properties": {argument: {"type": "string"} for argument in arguments},
+            "required": list(arguments),
         },
     }
 
 
 TOOLS = [
-    _tool("email.send_email", "Send an email.", recipient="Email address of the recipient", subject="Subject line", body="Body text"),
-    _tool("calendar.create_event", "Create a calendar event.", event_name="Event name", participant_email="Participant email", event_start="Start, YYYY-MM-DD HH:MM:SS", duration="Minutes"),
-    _tool("calendar.delete_event", "Delete a calendar event by id.", event_id="8-digit event id"),
-    _tool("project.update_task", "Update one field of a task.", task_id="8-digit task id", field="Field name", new_value="New value"),
-    _tool("crm.search_customers", "Search customers by name, email or status.", customer_name="Name", status="Lead status"),
+    _tool("email.send_email", "Send an email.", "recipient", "subject", "body"),
+    _tool("calendar.create_event", "Create an event; start is YYYY-MM-DD HH:MM:SS.", "event_name", "participant_email", "event_start", "duration"),
+    _tool("calendar.delete_event", "Delete an event by its 8-digit id.", "event_id"),
+    _tool("project.update_task", "Set one field of a task.", "task_id", "field", "new_value"),
 ]
 
 REQUESTS = [

@@ -144,8 +144,9 @@ def test_queries_during_compaction_never_see_duplicates_or_gaps(ws, tmp_path):
     counts, stop = [], threading.Event()
 
     def read_loop():
+        sql = "SELECT count(*), count(DISTINCT (step, sample_index)) FROM rollouts"
         while not stop.is_set():
-            counts.append(reader.query("SELECT count(*), count(DISTINCT (step, sample_index)) FROM rollouts")[1][0])
+            counts.append(reader.query(sql)[1][0])
 
     thread = threading.Thread(target=read_loop)
     thread.start()
@@ -229,10 +230,13 @@ def test_upgrade_rewrites_parts_written_with_fewer_columns(ws):
     assert pq.read_schema(part).names == list(TABLES["alarms"].column_names)
 
 
-def test_ids_that_look_like_numbers_or_the_seed_stay_text(ws):
-    ws.append("events", [{"run_id": "123", "seq": 0, "type": "a"}, {"run_id": "_seed", "seq": 0, "type": "b"}])
-    assert ws.query("SELECT run_id, typeof(run_id) FROM events ORDER BY type")[1] == [
-        ("123", "VARCHAR"), ("_seed", "VARCHAR")]
+def test_any_id_round_trips_through_its_folder_name_as_text(ws):
+    ids = ["123", "_seed", ".hidden", "é run", "x=y", "a+b", "%41", "o'neil", "a/b\\c"]
+    ws.append("events", [{"run_id": run_id, "seq": 0, "type": "t"} for run_id in ids])
+    assert sorted(ws.query("SELECT run_id FROM events")[1]) == sorted((run_id,) for run_id in ids)
+    assert ws.query("SELECT DISTINCT typeof(run_id) FROM events")[1] == [("VARCHAR",)]
+    for run_id in ids:
+        assert ws.query("SELECT count(*) FROM events WHERE run_id = ?", [run_id])[1] == [(1,)]
 
 
 def test_run_writer_compacts_every_n_steps_and_on_finish(ws):

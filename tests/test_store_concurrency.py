@@ -27,12 +27,12 @@ WRITER = textwrap.dedent(f"""
     rows = [{{"task_id": f"t{{i % 8}}", "sample_index": i, "prompt": "Email Bob the Q3 numbers",
               "completion": '{{"name": "send_email", "arguments": {{"to": "bob"}}}}', "reward": i / 64,
               "components": {{"right_tool": 1.0}}, "v_bucket": "success"}} for i in range({GROUP})]
-    step = 0
-    while steps == 0 or step < steps:
-        writer.write_step(rows)
+    written = 0
+    while steps == 0 or written < steps:
+        step = writer.write_step(rows)
         writer.event("step_metrics", {{"step": step}})
         print(step, flush=True)
-        step += 1
+        written += 1
 """)
 
 
@@ -68,29 +68,46 @@ def test_readers_see_every_completed_step_while_a_writer_process_appends(tmp_pat
     held.close()
 
 
-@pytest.mark.parametrize("extra_delay_s", [0.0, 0.013, 0.031])
-def test_a_sigkilled_writer_loses_no_reported_step_and_leaves_everything_readable(tmp_path, extra_delay_s):
-    root = tmp_path / "runs"
-    Workspace.open(root)
-    writer = start_writer(root, "doomed", steps=0)
-    reported = [int(writer.stdout.readline()) for _ in range(5)]
-    time.sleep(extra_delay_s)  # land the kill at different points inside an append
+def kill_writer_mid_run(root: Path, run_id: str, delay_s: float) -> tuple[list[int], bool]:
+    """Start a writer, SIGKILL it after a few steps; return the steps it reported and whether it died mid-write."""
+    writer = start_writer(root, run_id, steps=0)
+    reported = [int(writer.stdout.readline()) for _ in range(3)]
+    time.sleep(delay_s)  # land the kill at different points inside an append
     os.kill(writer.pid, signal.SIGKILL)
     reported += [int(line) for line in writer.stdout.read().split()]
     assert writer.wait(timeout=30) == -signal.SIGKILL
+    died_mid_write = any(p.name.endswith(".tmp") for p in (root / "data").rglob("*"))
+    return reported, died_mid_write
 
+
+def assert_store_intact(root: Path, last_reported_step: int) -> int:
     ws = Workspace.open(root)  # also sweeps the killed writer's temp files
     [(count, steps, last)] = ws.query("SELECT count(*), count(DISTINCT step), max(step) FROM rollouts")[1]
-    assert count % GROUP == 0 and count >= (reported[-1] + 1) * GROUP
+    assert count % GROUP == 0 and last >= last_reported_step, "a reported step was lost"
     assert steps == last + 1, "steps are not contiguous"
     assert full_steps_only(ws.query("SELECT step, count(*) FROM rollouts GROUP BY step")[1])
     for table in TABLES:
         ws.query(f"SELECT * FROM {table}")
     with duckdb.connect(str(ws.db_path), read_only=True) as con:
         assert con.execute("SELECT count(*) FROM rollouts").fetchone() == (count,)
-    leftovers = [p for p in (root / "data").rglob("*") if p.name.endswith(".tmp")]
-    assert leftovers == []
-    assert ws.writer("doomed").write_step([{"reward": 0.0}]) == last + 1
+    assert not [p for p in (root / "data").rglob("*") if p.name.endswith(".tmp")]
+    ws.close()
+    return last
+
+
+def test_sigkilled_writers_lose_no_reported_step_and_leave_everything_readable(tmp_path):
+    """Kill a writer (resuming the same run each time) until one kill has landed inside an append."""
+    root = tmp_path / "runs"
+    Workspace.open(root)
+    delays, mid_write_kills, last = [0.0, 0.004, 0.009, 0.013, 0.017, 0.021, 0.027, 0.031, 0.002, 0.011], 0, -1
+    for attempt, delay in enumerate(delays):
+        reported, died_mid_write = kill_writer_mid_run(root, "doomed", delay)
+        assert reported[0] == last + 1, "the restarted writer did not resume after the last stored step"
+        last = assert_store_intact(root, reported[-1])
+        mid_write_kills += died_mid_write
+        if mid_write_kills and attempt >= 2:
+            break
+    assert mid_write_kills, "no kill landed inside an append; the test did not exercise that case"
 
 
 def test_database_held_read_write_by_another_process_gives_an_actionable_error(tmp_path):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 import pytest
 from textual.worker import WorkerCancelled
@@ -14,6 +15,12 @@ from textual.worker import WorkerCancelled
 from test_tui_support import build_app, eval_script, train_script
 
 SIZE = (100, 30)
+
+
+@pytest.fixture(autouse=True)
+def in_tmp(tmp_path, monkeypatch):
+    # The Home screen shows the workspace path; a relative one is the same on every run.
+    monkeypatch.chdir(tmp_path)
 
 
 @pytest.fixture(autouse=True)
@@ -47,40 +54,42 @@ def on_screen(mode: str, *keys: str):
             await pilot.press(key)
             await settle(pilot)
         pilot.app.clear_notifications()  # toasts time out; keep the screen itself
+        await pilot.wait_for_scheduled_animations()
         await pilot.pause()
+        await pilot.pause()  # a DataTable sizes its columns one refresh after its rows land
     return run_before
 
 
-def test_home_snapshot(snap_compare, tmp_path):
-    app, _, _ = build_app(tmp_path)
+def test_home_snapshot(snap_compare):
+    app, _, _ = build_app(Path("."))
     assert snap_compare(app, terminal_size=SIZE, run_before=on_screen("home"))
 
 
-def test_evaluate_snapshot_after_an_eval(snap_compare, tmp_path):
-    app, _, _ = build_app(tmp_path, eval=eval_script())
+def test_evaluate_snapshot_after_an_eval(snap_compare):
+    app, _, _ = build_app(Path("."), eval=eval_script())
     assert snap_compare(app, terminal_size=SIZE, run_before=on_screen("evaluate", "r"))
 
 
-def test_audit_snapshot_after_two_labels(snap_compare, tmp_path):
-    app, _, _ = build_app(tmp_path)
+def test_audit_snapshot_after_two_labels(snap_compare):
+    app, _, _ = build_app(Path("."))
     assert snap_compare(app, terminal_size=SIZE, run_before=on_screen("audit", "a", "d"))
 
 
-def test_train_snapshot_with_charts_and_alarm(snap_compare, tmp_path):
-    app, _, _ = build_app(tmp_path, train=train_script())
+def test_train_snapshot_with_charts_and_alarm(snap_compare):
+    app, _, _ = build_app(Path("."), train=train_script())
     assert snap_compare(app, terminal_size=SIZE, run_before=on_screen("train", "r"))
 
 
-def test_checkpoints_snapshot(snap_compare, tmp_path):
-    app, _, _ = build_app(tmp_path)
-    assert snap_compare(app, terminal_size=SIZE, run_before=on_screen("checkpoints", "down"))
+def test_checkpoints_snapshot(snap_compare):
+    app, _, _ = build_app(Path("."))
+    assert snap_compare(app, terminal_size=SIZE, run_before=on_screen("checkpoints"))
 
 
-def test_sql_snapshot(snap_compare, tmp_path):
-    app, _, _ = build_app(tmp_path)
+def test_sql_snapshot(snap_compare):
+    app, _, _ = build_app(Path("."))
     assert snap_compare(app, terminal_size=SIZE, run_before=on_screen("sql"))
 
 
-def test_help_snapshot(snap_compare, tmp_path):
-    app, _, _ = build_app(tmp_path)
+def test_help_snapshot(snap_compare):
+    app, _, _ = build_app(Path("."))
     assert snap_compare(app, terminal_size=SIZE, run_before=on_screen("home", "question_mark"))

@@ -13,6 +13,7 @@ from tui.app import make_app
 from tui.data import StoreData
 from tui.engine import FakeEngineClient
 
+TASKS_ROOT = Path(__file__).resolve().parents[1] / "tasks"
 T0 = 1_767_225_600.0  # 2026-01-01 00:00 UTC
 HOST = {"cpu": "Test CPU", "cpus": 2, "ram_total_gib": 24.0, "ram_used_gib": 6.5}
 DOCTOR = {"gpu": "none visible (CPU path)", "cpu_cores": 2, "ram_gib": 24.0,
@@ -96,7 +97,8 @@ def build_app(tmp_path: Path, hold_open: bool = False, **scripts) -> tuple:
     data = populate(tmp_path / "runs")
     engine = FakeEngineClient(scripts=scripts, doctor_report=DOCTOR, hold_open=hold_open,
                               exit_codes={"promote": 3})
-    app = make_app(engine=engine, workspace=str(tmp_path / "runs"), data=data, host_stats=lambda: dict(HOST))
+    app = make_app(engine=engine, workspace=str(tmp_path / "runs"), data=data, host_stats=lambda: dict(HOST),
+                   tasks_root=str(TASKS_ROOT))
     return app, engine, data
 
 

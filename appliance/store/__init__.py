@@ -11,7 +11,10 @@ MAP(VARCHAR, DOUBLE) column: `components['right_tool']`.
 Concurrency: writers append immutable parquet parts (temp file, fsync, atomic
 rename) and never open the DuckDB file; appliance.duckdb holds only views and is
 replaced, never edited, so any number of processes can read it read-only (or use
-`Workspace.connect()`, an in-memory connection) while others write.
+`Workspace.connect()`, an in-memory connection) while others write. Compaction
+swaps a run's folder atomically; a query that listed the old parts just before
+the swap fails with a missing-file IO error (never wrong rows): `Workspace.query`
+retries it, other readers should retry too.
 """
 from appliance.errors import StoreError
 from appliance.store.schema import SCHEMA_VERSION, TABLES

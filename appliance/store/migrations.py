@@ -6,6 +6,10 @@ is built under a temp name and renamed over the old one, so no process ever has
 to hold it read-write while others read it, and a reader that has the old file
 open keeps a consistent catalog until it reconnects.
 
+Upgrading runs the steps in MIGRATIONS, then rewrites (via compaction) every
+part whose columns differ from the current schema: the views read parts without
+union_by_name, which would cost a footer read per file on every query.
+
 Version history:
   0  a workspace made before versioning: views but no schema_version table and no seed parts.
   1  seed parts (one empty file per table) so every view works before the first append.
@@ -18,15 +22,13 @@ from pathlib import Path
 
 import duckdb
 
-
 from appliance.errors import StoreError
 from appliance.store import compaction, parts
 from appliance.store.schema import SCHEMA_VERSION, TABLES, comment_sql, view_sql
 
 
-
 def seed_folder(data_dir: Path, table: str) -> Path:
-    """`data/<table>/<partition column>=_seed/`: no real id encodes to `_seed` (see parts.partition_folder_name)."""
+    """`data/<table>/<partition column>=_seed/`; no real id encodes to `_seed` (parts.partition_folder_name)."""
     return data_dir / table / f"{TABLES[table].partition_by}=_seed"
 
 

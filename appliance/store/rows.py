@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from appliance.errors import StoreError
-from appliance.store.schema import NOW_DEFAULT_COLUMNS, VERSION_COLUMN, Table
+from appliance.store.schema import NOW_DEFAULT_COLUMNS, Table
 
 
 def to_arrow(table: Table, rows: Sequence[Mapping[str, Any]] | pa.Table) -> pa.Table:

@@ -32,6 +32,8 @@ EVIDENCE = (
     ("unsafe actions", "unsafe_action_rate", "{:.1%}"),
     ("latency p95", "latency_p95_s", "{:.2f} s"),
 )
+LINEAGE_COLUMNS = (("run", 18), ("checkpoint", 12), ("step", 5), ("held-out", 8), ("Δ base", 6),
+                   ("valid JSON", 10), ("unsafe", 6), ("status", 9))
 PROMOTE_REFUSED_EXIT = 3  # `appliance promote` exits 3 when the gate says no
 REFUSAL_WORDS = ("refused", "no improvement", "regresses")
 
@@ -111,8 +113,10 @@ class CheckpointsScreen(Screen):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.query_one("#lineage", DataTable).add_columns(
-            "run", "checkpoint", "step", "held-out", "Δ base", "valid JSON", "unsafe", "")
+        table = self.query_one("#lineage", DataTable)
+        # Fixed widths: the table keeps its shape as rows arrive (and at 80 columns it scrolls sideways).
+        for label, width in LINEAGE_COLUMNS:
+            table.add_column(label, width=width)
         self.query_one("#export-path").display = False
 
     def on_screen_resume(self) -> None:

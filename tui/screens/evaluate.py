@@ -110,7 +110,7 @@ class EvaluateScreen(Screen):
             yield Input("", id="adapter", compact=True, placeholder="base model")
             yield Button("Run", id="run", compact=True, variant="primary")
         with Horizontal(id="eval-progress-row"):
-            yield ProgressBar(id="eval-progress", show_eta=False)
+            yield ProgressBar(total=1, id="eval-progress", show_eta=False)  # a still bar until a run starts
             yield Static("idle", id="eval-status", classes="muted")
         with TabbedContent(id="eval-tabs"):
             with TabPane("Metrics", id="tab-metrics"):
