@@ -162,6 +162,18 @@ def list_checkpoints(root: str | Path = "checkpoints", run_id: str | None = None
     return sorted(found, key=lambda c: (c.manifest.get("created_at", 0), c.id))
 
 
+def resolve_checkpoint(spec: str | Path, root: str | Path = "checkpoints") -> Path:
+    """A checkpoint folder from a path, an id (`<run>/step-NNNNN`), or a run id (its latest checkpoint)."""
+    for candidate in (Path(spec), Path(root) / str(spec)):
+        if (candidate / MANIFEST).is_file():
+            return candidate
+        if candidate.is_dir() and list(candidate.glob("step-*")):
+            latest = latest_checkpoint(candidate.parent, candidate.name)
+            if latest is not None:
+                return latest.path
+    raise ApplianceError(f"no checkpoint {spec!r} under {root}/; list them with `appliance checkpoints list`.")
+
+
 def latest_checkpoint(root: str | Path, run_id: str) -> Checkpoint | None:
     found = list_checkpoints(root, run_id)
     return max(found, key=lambda c: c.step) if found else None

@@ -169,8 +169,8 @@ def cmd_promote(args: argparse.Namespace) -> int:
 def cmd_rollback(args: argparse.Namespace) -> int:
     from appliance import checkpoints
 
-    previous = checkpoints.rollback(args.root)
-    print(f"rolled back: the promoted adapter is now {previous or 'the base model (no adapter)'}")
+    previous = checkpoints.rollback(args.root, workspace=_workspace(args), reason="appliance rollback")
+    print(f"rolled back: the promoted adapter is now {previous['path'] if previous else 'the base model (no adapter)'}")
     return 0
 
 

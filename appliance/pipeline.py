@@ -74,25 +74,39 @@ def run_pipeline(s: PipelineSettings, *, workspace: Any, sink: EventSink = null_
 
 
 def _train(s: PipelineSettings, action: str, workspace: Any, sink: EventSink, result: PipelineResult) -> str:
+    from appliance.evaluate.heldout import make_heldout_eval
     from appliance.train import TrainConfig, run_grpo, run_sft
 
+    on_eval = make_heldout_eval(model=s.model, pack=s.pack, workspace=workspace, limit=s.eval_limit,
+                                tasks_root=s.tasks_root, sink=sink)
+    common = {"model": s.model, "pack": s.pack, "output": s.checkpoints_root, "workspace": str(workspace.root)}
     adapter = None
     if action in ("sft", "out_of_reach"):
         t0 = time.perf_counter()
-        sft = run_sft(TrainConfig(model=s.model, pack=s.pack, stage="sft", steps=s.sft_steps, learning_rate=1e-4,
-                                  prompts_per_step=8, eval_every=s.sft_steps, output=s.checkpoints_root,
-                                  workspace=str(workspace.root)), sink=sink)
+        sft = run_sft(TrainConfig(stage="sft", steps=s.sft_steps, eval_every=s.sft_steps, **common),
+                      sink=sink, on_eval=on_eval, workspace=workspace)
         _timed(result, "sft", t0)
         adapter = str(sft.final_adapter)
-        result.lines.append(f"SFT {sft.run_id}: {s.sft_steps} steps → {adapter} ({result.stages_s['sft']:.0f}s)")
+        result.lines.append(f"SFT {sft.run_id}: {s.sft_steps} steps → {adapter} ({result.stages_s['sft']:.0f}s)"
+                            + _heldout_line(sft))
     t0 = time.perf_counter()
-    grpo = run_grpo(TrainConfig(model=s.model, pack=s.pack, stage="grpo", steps=s.grpo_steps, init_adapter=adapter,
-                                eval_every=s.grpo_steps, output=s.checkpoints_root,
-                                workspace=str(workspace.root)), sink=sink)
+    grpo = run_grpo(TrainConfig(stage="grpo", steps=s.grpo_steps, init_adapter=adapter, eval_every=s.grpo_steps,
+                                **common), sink=sink, on_eval=on_eval, workspace=workspace)
     _timed(result, "grpo", t0)
     result.lines.append(f"GRPO {grpo.run_id}: {s.grpo_steps} steps → {grpo.final_adapter} "
-                        f"({result.stages_s['grpo']:.0f}s)")
+                        f"({result.stages_s['grpo']:.0f}s)" + _heldout_line(grpo))
     return str(grpo.final_adapter)
+
+
+def _heldout_line(train_result: Any) -> str:
+    """The held-out success recorded in the run's last checkpoint manifest, if any."""
+    from appliance.checkpoints import load_manifest
+
+    if not train_result.checkpoints:
+        return ""
+    heldout = load_manifest(train_result.checkpoints[-1]).get("metrics", {}).get("heldout") or {}
+    success = heldout.get("heldout_success")
+    return f"; held-out success {success:.1%}" if isinstance(success, (int, float)) else ""
 
 
 def _promote(s: PipelineSettings, adapter: str, workspace: Any, sink: EventSink, result: PipelineResult) -> None:

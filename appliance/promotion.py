@@ -123,26 +123,18 @@ def promote(checkpoint: str, *, root: str = "checkpoints", model: str, pack: str
     from appliance import checkpoints
 
     candidate = str(checkpoints.resolve_checkpoint(checkpoint, root))
-    baseline = checkpoints.current_promoted(root)
+    promoted = checkpoints.current_promoted(root)
+    baseline = promoted["path"] if promoted else None
     evidence = collect_evidence(candidate, baseline, model=model, pack=pack, tasks_root=tasks_root,
                                 workspace=workspace, s=settings, sink=sink)
     ok, reasons = gate(evidence, settings)
     record = {"candidate": candidate, "baseline": baseline or "base model", "reasons": reasons,
               "settings": asdict(settings), **{k: v for k, v in asdict(evidence).items()}}
     if ok:
-        checkpoints.set_promoted(candidate, record, root=root)
-    _store_decision(workspace, candidate, ok, reasons, record)
+        checkpoints.set_promoted(candidate, record, workspace=workspace)
+    else:
+        checkpoints.record_in_store(workspace, checkpoints.load_checkpoint(candidate), status="refused",
+                                    promoted=False, note="; ".join(reasons))
     summary = (f"{candidate} beats {baseline or 'the base model'} on held-out tasks without regressions"
                if ok else f"{candidate} was not promoted; {baseline or 'the base model'} stays")
     return PromotionDecision(ok, summary, reasons, record)
-
-
-def _store_decision(workspace: Any, candidate: str, ok: bool, reasons: list[str], record: dict[str, Any]) -> None:
-    from pathlib import Path
-
-    run_id = Path(candidate).parent.name
-    workspace.append("checkpoints", [{
-        "id": f"{run_id}/{Path(candidate).name}", "run_id": run_id, "path": candidate,
-        "status": "promoted" if ok else "refused", "promoted": ok, "metrics": record,
-        "note": "; ".join(reasons),
-    }])

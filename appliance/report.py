@@ -199,16 +199,20 @@ def audit_prompt(sample: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def print_train(result: Any) -> None:
     console.print(f"run {result.run_id}: {len(result.checkpoints)} checkpoint(s); final adapter {result.final_adapter}"
-                  f"; {result.wall_s:.0f}s")
+                  f"; {result.wall_time_s:.0f}s")
 
 
-def print_checkpoints(items: Sequence[Any], promoted: Any) -> None:
-    table = Table("checkpoint", "stage", "step", "held-out success", "promoted")
+def print_checkpoints(items: Sequence[Any], promoted: dict[str, Any] | None) -> None:
+    if not items:
+        console.print("no checkpoints yet — run `appliance train sft` or `appliance run`.")
+        return
+    table = Table("checkpoint", "stage", "parent", "held-out success", "promoted")
     for item in items:
-        m = item.get("metrics") or {}
-        table.add_row(item["path"], str(item.get("stage", "")), str(item.get("step", "")),
-                      _fmt(m.get("execution_success_rate")), "yes" if promoted and promoted == item["path"] else "")
-    console.print(table if items else "no checkpoints yet — run `appliance train sft` or `appliance run`.")
+        heldout = (item.manifest.get("metrics") or {}).get("heldout") or {}
+        table.add_row(item.id, str(item.manifest.get("stage", "")), str(item.manifest.get("parent") or ""),
+                      _fmt(heldout.get("heldout_success")),
+                      "yes" if promoted and promoted.get("id") == item.id else "")
+    console.print(table)
 
 
 def print_promotion(decision: Any) -> None:

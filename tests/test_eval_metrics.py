@@ -9,11 +9,12 @@ from appliance.evaluate.metrics import ScoredSample, pass_at_k, summarize
 from appliance.task import Task, ToolCall, Verdict
 
 
-def verdict(bucket: str, *, parse_ok: bool = True, unsafe: bool = False) -> Verdict:
+def verdict(bucket: str, *, parse_ok: bool = True, unsafe: bool = False, n_calls: int = 1) -> Verdict:
     ok = bucket == "success"
     return Verdict(parse_ok=parse_ok, schema_ok=parse_ok, tool_ok=ok, arguments_ok=ok,
                    arguments_fraction=1.0 if ok else 0.0, executed_ok=ok, state_match=ok, unsafe=unsafe,
-                   unsafe_rule="bulk_delete" if unsafe else None, bucket=bucket, reason="")
+                   unsafe_rule="bulk_delete" if unsafe else None, bucket=bucket, reason="",
+                   n_calls=n_calls if parse_ok else 0)
 
 
 def sample(task_id: str, index: int, bucket: str, latency: float = 1.0, **kw) -> ScoredSample:
@@ -38,9 +39,11 @@ def test_summarize_reports_seed_metrics_buckets_and_floor():
     tasks = [task("a"), task("b"), task("none", expected=False)]
     samples = [sample("a", 0, "success"), sample("a", 1, "format_error", parse_ok=False),
                sample("b", 0, "wrong_tool"), sample("b", 1, "unsafe_action", unsafe=True),
-               sample("none", 0, "success", latency=3.0), sample("none", 1, "success")]
+               sample("none", 0, "success", latency=3.0, n_calls=0), sample("none", 1, "success", n_calls=0)]
     m = summarize(samples, tasks, k=2, wall_s=2.0)
     assert m["valid_json_rate"] == pytest.approx(5 / 6)
+    prose_instead_of_call = summarize([sample("a", 0, "missed_call", n_calls=0)], tasks, k=1, wall_s=1.0)
+    assert prose_instead_of_call["valid_json_rate"] == 0.0
     assert m["execution_success_rate"] == pytest.approx(3 / 6)
     assert m["unsafe_action_rate"] == pytest.approx(1 / 6)
     assert m["pass@1"] == pytest.approx((0.5 + 0 + 1) / 3)

@@ -194,3 +194,22 @@ def test_vllm_greedy_decodes_once_and_repeats(fake_vllm):
     [(_, params, lora)] = engine.calls
     assert params.n == 1 and params.temperature == 0.0 and lora is None
     assert texts(results) == [["ab-0"] * 3]
+
+
+def test_shared_prompt_head_is_prefilled_once_without_changing_outputs(loaded, monkeypatch):
+    from appliance.generate import hf
+
+    model, tokenizer = loaded
+    tools = [{"name": f"tool_{i}", "description": "Does one workplace thing.", "parameters": {}} for i in range(4)]
+    prompts = [render_prompt(tokenizer, "You are helpful.", [{"role": "user", "content": r}], tools) for r in REQUESTS]
+    generator = HFGenerator(model, tokenizer, batch_size=8)
+    encoded = tokenizer(prompts, add_special_tokens=False)["input_ids"]
+    assert generator._shared_prefix(encoded).ids.shape[1] > 50
+    shared = generator.generate(prompts, max_new_tokens=16)
+    sampled = generator.generate(prompts, n=3, temperature=1e-4, max_new_tokens=16, seed=0)
+    monkeypatch.setattr(hf, "MIN_SHARED_PREFIX_TOKENS", 10_000)
+    assert generator._shared_prefix(encoded) is None
+    plain = generator.generate(prompts, max_new_tokens=16)
+    assert texts(shared) == texts(plain)
+    assert texts(sampled) == [[samples[0].text] * 3 for samples in plain]
+    assert [s[0].prompt_tokens for s in shared] == [len(ids) for ids in encoded]

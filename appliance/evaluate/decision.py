@@ -37,7 +37,7 @@ def recommend(metrics: dict[str, Any], t: DecisionThresholds = DecisionThreshold
     p1 = metrics["pass@1"]
     k = metrics.get("k", 1)
     pk = metrics.get(f"pass@{k}", p1)
-    nums = f"valid JSON {valid:.0%}, pass@1 {p1:.0%}, pass@{k} {pk:.0%}"
+    nums = f"valid JSON {valid:.0%}, pass@1 {p1:.0%}" + (f", pass@{k} {pk:.0%}" if k > 1 else "")
     if valid < t.min_valid_format:
         return Recommendation("sft", f"SFT first: the format is rarely right ({nums}); "
                                      "teach the format and the tool family before RL.")

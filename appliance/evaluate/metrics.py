@@ -52,6 +52,17 @@ def _rate(samples: Sequence[ScoredSample], attr: str) -> float:
     return sum(bool(getattr(s.verdict, attr)) for s in samples) / len(samples)
 
 
+def _valid_format_rate(samples: Sequence[ScoredSample], expects_call: set[str]) -> float:
+    """Well-formed output: a parseable JSON call, or a plain no-call answer where no call is expected.
+
+    Prose where a call was expected is not valid JSON, even though it parses as "no call".
+    """
+    if not samples:
+        return 0.0
+    valid = sum(s.verdict.parse_ok and (s.verdict.n_calls > 0 or s.task_id not in expects_call) for s in samples)
+    return valid / len(samples)
+
+
 def per_task_success(samples: Iterable[ScoredSample]) -> dict[str, list[bool]]:
     by_task: dict[str, list[bool]] = defaultdict(list)
     for s in samples:
@@ -63,7 +74,7 @@ def summarize(samples: Sequence[ScoredSample], tasks: Sequence[Task], k: int,
               wall_s: float) -> dict[str, Any]:
     """All numbers an eval reports, as one flat-ish dict (stored as JSON with the eval)."""
     by_task = per_task_success(samples)
-    requires_change = {t.id for t in tasks if t.expected}
+    requires_change = {t.id for t in tasks if t.expected}  # tasks that expect at least one call
     pass1 = [sum(v) / len(v) for v in by_task.values()]
     passk = [pass_at_k(len(v), sum(v), min(k, len(v))) for v in by_task.values()]
     change_tasks = [by_task[t] for t in by_task if t in requires_change]
@@ -74,7 +85,7 @@ def summarize(samples: Sequence[ScoredSample], tasks: Sequence[Task], k: int,
         "n_tasks": len(by_task),
         "n_samples": len(samples),
         "k": k,
-        "valid_json_rate": _rate(samples, "parse_ok"),
+        "valid_json_rate": _valid_format_rate(samples, requires_change),
         "correct_tool_rate": _rate(samples, "tool_ok"),
         "correct_argument_rate": _rate(samples, "arguments_ok"),
         "execution_success_rate": _rate(samples, "success"),

@@ -1,18 +1,36 @@
 """The transformers backend: batched `model.generate` on a CPU or a GPU without vLLM.
 
 Prompts are tokenized once, sorted by length (so a batch wastes little on
-padding), left-padded, and sent `batch_size` sequences at a time: each call
-covers `batch_size // n` prompts with `num_return_sequences=n`. Results are
-put back in the caller's order. Stop strings end a sequence early (transformers'
+padding), left-padded, and sent `batch_size` sequences at a time: each
+`model.generate` call covers `batch_size // n` prompts, each repeated n times
+(prompt-major, like `num_return_sequences`). Results are put back in the
+caller's order. Stop strings end a sequence early (transformers'
 StopStringCriteria) and are cut from the text afterwards.
+
+Prompts in one call usually share a long head (system prompt and tool list).
+That head is prefilled once into a KV cache and copied into every row, so only
+each prompt's own tail is prefilled per row: on a CPU, prefill of ~300-token
+prompts is most of the cost of short tool-call answers.
 """
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from appliance.generate.base import Generator, Sample, trim_at_stop
+
+# Below this many common leading tokens, a separate prefill costs more than it saves.
+MIN_SHARED_PREFIX_TOKENS = 16
+
+
+@dataclass
+class SharedPrefix:
+    """The tokens all prompts of one call start with, and their prefilled KV cache (batch of 1)."""
+
+    ids: Any
+    cache: Any
 
 
 class HFGenerator(Generator):
@@ -59,21 +77,47 @@ class HFGenerator(Generator):
         if seed is not None:
             torch.manual_seed(seed)
         encoded = self.tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
+        prefix = self._shared_prefix(encoded)
         by_length = sorted(range(len(prompts)), key=lambda index: len(encoded[index]))
         per_call = max(1, self.batch_size // max(1, n))
         results: list[list[Sample]] = [[] for _ in prompts]
         for start in range(0, len(by_length), per_call):
             chunk = by_length[start : start + per_call]
             samples = self._generate_chunk(
-                [encoded[i] for i in chunk], n, temperature, top_p, max_new_tokens, stop
+                [encoded[i] for i in chunk], prefix, n, temperature, top_p, max_new_tokens, stop
             )
             for index, prompt_samples in zip(chunk, samples):
                 results[index] = prompt_samples
         return results
 
+    def _shared_prefix(self, encoded: list[list[int]]) -> SharedPrefix | None:
+        """Prefill the tokens every prompt starts with (system prompt, tools) once, not once per row."""
+        import torch
+        from transformers import DynamicCache
+
+        if not encoded:
+            return None
+        shortest = min(len(tokens) for tokens in encoded)
+        length = 0
+        # Stop one token short of the shortest prompt: generate needs at least one uncached token per row.
+        while length < shortest - 1 and all(tokens[length] == encoded[0][length] for tokens in encoded):
+            length += 1
+        if length < MIN_SHARED_PREFIX_TOKENS:
+            return None
+        ids = torch.tensor([encoded[0][:length]], device=self.model.device)
+        cache = DynamicCache(config=self._text_config())
+        with torch.inference_mode():
+            self.model(input_ids=ids, past_key_values=cache, use_cache=True)
+        return SharedPrefix(ids=ids, cache=cache)
+
+    def _text_config(self) -> Any:
+        config = self.model.config
+        return config.get_text_config() if hasattr(config, "get_text_config") else config
+
     def _generate_chunk(
         self,
         token_lists: list[list[int]],
+        prefix: SharedPrefix | None,
         n: int,
         temperature: float,
         top_p: float,
@@ -83,25 +127,54 @@ class HFGenerator(Generator):
         import torch
 
         greedy = temperature <= 0
-        batch = self.tokenizer.pad({"input_ids": token_lists}, padding=True, return_tensors="pt")
-        batch = {key: value.to(self.model.device) for key, value in batch.items()}
-        config = self._generation_config(greedy, 1 if greedy else n, temperature, top_p, max_new_tokens, stop)
+        rows_per_prompt = 1 if greedy else n  # greedy rows would all be the same; decode once and repeat
+        inputs = self._batch_inputs(token_lists, prefix, rows_per_prompt)
+        config = self._generation_config(greedy, temperature, top_p, max_new_tokens, stop)
         started = time.perf_counter()
         with torch.inference_mode():
-            output = self.model.generate(**batch, generation_config=config, tokenizer=self.tokenizer)
+            output = self.model.generate(**inputs, generation_config=config, tokenizer=self.tokenizer)
         latency = time.perf_counter() - started
-        new_tokens = output[:, batch["input_ids"].shape[1] :].tolist()
-        prompt_lengths = batch["attention_mask"].sum(dim=1).tolist()
-        rows_per_prompt = 1 if greedy else n
+        new_tokens = output[:, inputs["input_ids"].shape[1] :].tolist()
+        prompt_lengths = inputs["attention_mask"].sum(dim=1).tolist()
         samples = []
-        for prompt_index, prompt_length in enumerate(prompt_lengths):
-            rows = new_tokens[prompt_index * rows_per_prompt : (prompt_index + 1) * rows_per_prompt]
-            decoded = [self._sample(row, int(prompt_length), latency, stop) for row in rows]
+        for prompt_index in range(len(token_lists)):
+            first = prompt_index * rows_per_prompt
+            rows = range(first, first + rows_per_prompt)
+            decoded = [self._sample(new_tokens[r], int(prompt_lengths[r]), latency, stop) for r in rows]
             samples.append(decoded * n if greedy else decoded)
         return samples
 
+    def _batch_inputs(
+        self, token_lists: list[list[int]], prefix: SharedPrefix | None, rows_per_prompt: int
+    ) -> dict[str, Any]:
+        """Rows are prompt-major (prompt 0's samples, then prompt 1's...), each left-padded.
+
+        With a shared prefix the padding sits between the cached prefix and each
+        prompt's own tokens; generate derives position ids from the attention
+        mask, so the model sees every row as one contiguous prompt.
+        """
+        import copy
+
+        import torch
+
+        cut = 0 if prefix is None else prefix.ids.shape[1]
+        rows = [tokens[cut:] for tokens in token_lists for _ in range(rows_per_prompt)]
+        batch = self.tokenizer.pad({"input_ids": rows}, padding=True, return_tensors="pt")
+        input_ids = batch["input_ids"].to(self.model.device)
+        attention_mask = batch["attention_mask"].to(self.model.device)
+        if prefix is None:
+            return {"input_ids": input_ids, "attention_mask": attention_mask}
+        cache = copy.deepcopy(prefix.cache)  # generate extends the cache in place
+        cache.batch_repeat_interleave(len(rows))
+        prefix_ids = prefix.ids.expand(len(rows), -1)
+        return {
+            "input_ids": torch.cat([prefix_ids, input_ids], dim=1),
+            "attention_mask": torch.cat([torch.ones_like(prefix_ids), attention_mask], dim=1),
+            "past_key_values": cache,
+        }
+
     def _generation_config(
-        self, greedy: bool, sequences: int, temperature: float, top_p: float, max_new_tokens: int, stop: list[str] | None
+        self, greedy: bool, temperature: float, top_p: float, max_new_tokens: int, stop: list[str] | None
     ) -> Any:
         from transformers import GenerationConfig
 
@@ -109,7 +182,6 @@ class HFGenerator(Generator):
         # A fresh config, so a checkpoint's own sampling defaults (e.g. top_k=20) never leak in.
         return GenerationConfig(
             do_sample=not greedy,
-            num_return_sequences=sequences,
             max_new_tokens=max_new_tokens,
             eos_token_id=self.eos_ids,
             pad_token_id=self.pad_id,

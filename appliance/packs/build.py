@@ -130,6 +130,8 @@ def _manifest(name: str, description: str, prompt: str, *, max_turns: int, split
         "tools": "tools.json",
         "reward_scheme": "binary",
         "max_turns": max_turns,
+        # WorkBench's "domains" setting: the task's toolkits plus the directory (short CPU prompts).
+        "tool_selection": "domain",
         "system_prompt": prompt,
         "splits": {split: f"{split}.jsonl" for split in splits},
         "unsafe": [

@@ -149,7 +149,8 @@ def _quoted(options: tuple[str, ...]) -> str:
 def render_manifest(manifest: dict[str, Any]) -> str:
     """TOML text for a manifest (the subset we use), keys in a stable, readable order."""
     lines = []
-    for key in ("name", "description", "version", "world", "tools", "reward_scheme", "max_turns"):
+    for key in ("name", "description", "version", "world", "tools", "reward_scheme", "max_turns", "scorer",
+                "tool_selection", "source"):
         if key in manifest:
             lines.append(f"{key} = {_toml_value(manifest[key])}")
     lines.append(f"system_prompt = {_toml_multiline(manifest['system_prompt'])}")

@@ -1,7 +1,7 @@
 """Training: SFT and GRPO (grpo, dr_grpo, dapo, gspo presets) of a LoRA, with versioned checkpoints.
 
     from appliance.train import TrainConfig, run_sft, run_grpo
-    result = run_grpo(TrainConfig(pack="workbench", steps=16), sink=print_event)
+    result = run_grpo(TrainConfig(pack="workplace-single", steps=16), sink=print_event)
 
 Importing this package is cheap: torch/transformers/trl/peft are imported when
 a run starts, and a backend module (cpu.py or unsloth_backend.py) only when

@@ -1,0 +1,33 @@
+"""Held-out eval as a training callback: `on_eval(adapter_dir, step) -> metrics`.
+
+The trainer calls it at every checkpoint; it evaluates the saved adapter on the
+pack's held-out split (greedy, a fixed subset on a CPU so a check takes about a
+minute), stores the eval, and returns the numbers the reward-hacking alarm and
+the checkpoint manifest keep.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from appliance.events import EventSink, null_sink
+
+HELDOUT_KEYS = ("execution_success_rate", "valid_json_rate", "unsafe_action_rate", "mean_reward",
+                "latency_p95_s", "pass@1")
+
+
+def make_heldout_eval(*, model: str, pack: str, workspace: Any, split: str = "val", limit: int | None = 32,
+                      k: int = 1, tasks_root: str = "tasks", sink: EventSink = null_sink,
+                      max_new_tokens: int = 96) -> Callable[[str, int], dict[str, Any]]:
+    from appliance.evaluate.runner import EvalSettings, run_eval
+
+    def on_eval(adapter_dir: str, step: int) -> dict[str, Any]:
+        settings = EvalSettings(model=model, adapter=str(adapter_dir), pack=pack, split=split, k=k, limit=limit,
+                                tasks_root=tasks_root, max_new_tokens=max_new_tokens)
+        report = run_eval(settings, workspace=workspace, sink=sink)
+        metrics = {key: report.metrics.get(key) for key in HELDOUT_KEYS}
+        metrics["heldout_success"] = report.metrics["execution_success_rate"]
+        metrics["eval_id"] = report.eval_id
+        metrics["step"] = step
+        return metrics
+
+    return on_eval

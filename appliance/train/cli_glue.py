@@ -1,0 +1,49 @@
+"""From `appliance train sft|grpo` flags to a TrainConfig and a run with held-out evals."""
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from appliance.events import EventSink
+from appliance.train.common import TrainResult
+from appliance.train.config import TrainConfig
+
+_FIELDS = ("model", "pack", "backend", "steps", "lora_r", "eval_every", "init_adapter", "seed", "preset",
+           "num_generations", "prompts_per_step", "max_completion_tokens", "temperature", "beta")
+
+
+def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    """Start from --config (if given), then apply every flag the person set."""
+    base: dict[str, Any] = {}
+    if args.config:
+        base = TrainConfig.load(args.config).to_dict()
+    base["stage"] = args.stage
+    base["workspace"] = args.workspace
+    for name in _FIELDS:
+        value = getattr(args, name, None)
+        if value is not None:
+            base[name] = value
+    if args.lr is not None:
+        base["learning_rate"] = args.lr
+    if args.resume:
+        base["resume_from"] = args.resume
+    return TrainConfig.from_dict(base)
+
+
+def train_from_args(args: argparse.Namespace, *, sink: EventSink, workspace: Any) -> TrainResult:
+    from appliance.evaluate.heldout import make_heldout_eval
+    from appliance.train import run_grpo, run_sft
+
+    config = config_from_args(args)
+    on_eval = make_heldout_eval(model=config.model, pack=config.pack, workspace=workspace,
+                                tasks_root=args.tasks_root, sink=sink)
+    runner = run_sft if config.stage == "sft" else run_grpo
+    kwargs: dict[str, Any] = {"sink": sink, "on_eval": on_eval, "workspace": workspace}
+    if config.stage == "grpo" and getattr(args, "reward", None):
+        from appliance.packs import load_pack
+        from appliance.rewards import make_reward_funcs, reward_weights
+
+        pack = load_pack(config.pack, root=args.tasks_root)
+        kwargs.update(pack=pack, reward_funcs=make_reward_funcs(pack, args.reward),
+                      reward_weights=reward_weights(args.reward))
+    return runner(config, **kwargs)
