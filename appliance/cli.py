@@ -191,6 +191,9 @@ def _handler(command: str) -> Callable[[argparse.Namespace], int]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # Before torch loads: OpenMP's default spin-waiting makes 2 threads on a shared 2-core machine
+    # 5-20x slower (measured in bench/bench_generate.py); passive waiting removes that cliff.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:

@@ -53,6 +53,8 @@ _OPENAI_KEYS = frozenset({"type", "function", "id", "index"})
 _FENCE_TAGS = frozenset({"", "json", "jsonc", "tool_call", "tool_code"})
 # A JSON \u escape in the surrogate range: only then can a lone surrogate appear in the decoded value.
 _EMPTY_LIST = re.compile(r"\[\s*\]")
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_WORD = re.compile(r"[^\W\d_]{2,}")  # two letters in a row, in any script
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 
 
@@ -100,7 +102,18 @@ def _parse(text: Any) -> ParseResult:
         return _result(_calls_from_fences(body), "fence")
     if "{" in body or "<tool_call" in body:
         raise _FormatError("text contains a '{' but is not a tool call in an accepted shape")
+    _require_readable_prose(body)
     return ParseResult(ok=True, calls=(), shape="prose")
+
+
+def _require_readable_prose(body: str) -> None:
+    """A no-call answer must say something: empty, control-character or symbol-only text is garbage."""
+    if not body:
+        raise _FormatError("empty output")
+    if _CONTROL.search(body):
+        raise _FormatError("output contains control characters")
+    if not _WORD.search(body):
+        raise _FormatError("output has no words: neither a tool call nor a plain answer")
 
 
 def _has_wrapper(body: str) -> bool:

@@ -1,6 +1,6 @@
 """Batched vs one-at-a-time generation with the transformers backend.
 
-Same model, same 16 tool-call prompts (~300 tokens each, three fake workplace
+Same model, same 16 tool-call prompts (~270 tokens each, five fake workplace
 tools), same greedy settings, measured side by side in one run because these
 machines are noisy. Prints `name: value` lines; the goal is a batched speedup
 of at least 4x on 2 CPU cores.
@@ -38,8 +38,10 @@ def _tool(name: str, description: str, *arguments: str) -> dict:
 
 TOOLS = [
     _tool("email.send_email", "Send an email.", "recipient", "subject", "body"),
+    _tool("calendar.create_event", "Create an event; start is YYYY-MM-DD HH:MM:SS.", "event_name", "participant_email", "event_start", "duration"),
     _tool("calendar.delete_event", "Delete an event by its 8-digit id.", "event_id"),
     _tool("project.update_task", "Set one field of a task.", "task_id", "field", "new_value"),
+    _tool("crm.search_customers", "Search customers by name, email or status.", "customer_name", "status"),
 ]
 
 REQUESTS = [

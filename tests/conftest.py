@@ -1,7 +1,7 @@
 """Shared fixtures: a tiny Llama-architecture model and tokenizer built offline.
 
 `tiny_model_dir` is a randomly initialised LlamaForCausalLM (2 layers, hidden
-32) with a byte-level BPE tokenizer trained in memory on a few sentences, a
+32, 4 query heads sharing 2 KV heads) with a byte-level BPE tokenizer trained in memory on a few sentences, a
 ChatML template like SmolLM2's, and the same special tokens in the same
 places (<|endoftext|>=0 pad, <|im_start|>=1, <|im_end|>=2 EOS). It is saved
 with save_pretrained, so anything that loads a model directory can use it.
@@ -59,8 +59,8 @@ def build_tiny_model(vocab_size: int):
         hidden_size=32,
         intermediate_size=64,
         num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,  # grouped-query attention, as in SmolLM2 (9 query heads, 3 KV heads)
         max_position_embeddings=512,
         # A wide init makes logits decisive, so greedy decoding is stable under tiny float noise.
         initializer_range=0.3,

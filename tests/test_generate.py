@@ -213,3 +213,19 @@ def test_shared_prompt_head_is_prefilled_once_without_changing_outputs(loaded, m
     assert texts(shared) == texts(plain)
     assert texts(sampled) == [[samples[0].text] * 3 for samples in plain]
     assert [s[0].prompt_tokens for s in shared] == [len(ids) for ids in encoded]
+
+
+def test_grouped_query_attention_on_cpu_gives_identical_logits(tiny_model_dir, prompts):
+    import torch
+
+    from appliance.generate.hf import GROUPED_SDPA
+
+    grouped_model, tokenizer = load_model(tiny_model_dir)
+    HFGenerator(grouped_model, tokenizer)  # switches the model to grouped SDPA
+    assert grouped_model.config._attn_implementation == GROUPED_SDPA
+    plain_model, _ = load_model(tiny_model_dir)
+    assert plain_model.config._attn_implementation == "sdpa"
+    inputs = tokenizer(prompts, add_special_tokens=False, padding=True, return_tensors="pt")
+    assert not bool(inputs["attention_mask"].all())  # padding, so the mask path is the one compared
+    with torch.inference_mode():
+        assert torch.equal(plain_model(**inputs).logits, grouped_model(**inputs).logits)

@@ -46,14 +46,17 @@ class Scorer:
         return expected, made
 
     def _bfcl_verdict(self, task: Task, calls: Sequence[ToolCall], base: Verdict) -> Verdict:
-        from appliance.bfcl import score_bfcl
+        """BFCL's AST checker decides success and the bucket; the verifier's format checks stay."""
+        from appliance.bfcl import check_bfcl
 
-        ok, reason = score_bfcl(task.meta.get("bfcl", {}), list(calls))
-        if ok:
+        outcome = check_bfcl({"bfcl": task.meta.get("bfcl", {}), "tools": list(task.tools or ())}, list(calls))
+        if outcome.passed:
             return replace(base, tool_ok=True, arguments_ok=True, arguments_fraction=1.0, executed_ok=True,
-                           state_match=True, unsafe=False, unsafe_rule=None, bucket="success", reason=reason)
-        bucket = base.bucket if base.bucket != "success" else "wrong_arguments"
-        return replace(base, state_match=False, bucket=bucket, reason=reason)
+                           state_match=True, unsafe=False, unsafe_rule=None, bucket="success",
+                           reason=outcome.reason)
+        return replace(base, state_match=False, executed_ok=False, bucket=outcome.bucket, reason=outcome.reason,
+                       tool_ok=base.tool_ok and outcome.bucket != "wrong_tool",
+                       arguments_ok=False if outcome.bucket == "wrong_arguments" else base.arguments_ok)
 
 
 def make_scorer(pack: Any) -> Scorer:

@@ -43,6 +43,7 @@ class HFGenerator(Generator):
         self.tokenizer = tokenizer
         self.batch_size = max(1, batch_size)
         tokenizer.padding_side = "left"  # generation continues from the right edge of every row
+        use_grouped_query_attention(model)
         self.eos_ids = _eos_ids(model, tokenizer)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_ids[0]
 
@@ -210,6 +211,52 @@ class HFGenerator(Generator):
         while length > 0 and row[length - 1] == self.pad_id:  # padding after a stop-string finish
             length -= 1
         return length, False
+
+
+GROUPED_SDPA = "appliance_grouped_sdpa"
+
+
+def use_grouped_query_attention(model: Any) -> bool:
+    """On a CPU, let SDPA read grouped KV heads directly instead of copying them per layer and step.
+
+    With a padding mask, transformers' SDPA path repeats the KV heads up to
+    the query heads (SmolLM2: 3 -> 9) before every attention call, which copies
+    the whole KV cache each decode step. torch's SDPA groups heads itself
+    (`enable_gqa=True`) with bitwise-identical results; it is only slow on CUDA,
+    so this stays on CPUs. Returns whether the model now uses it.
+    """
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    config = base.config
+    if getattr(config, "_attn_implementation", None) != "sdpa" or base.device.type != "cpu":
+        return False
+    if getattr(config, "num_key_value_heads", None) in (None, getattr(config, "num_attention_heads", None)):
+        return False
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    AttentionInterface.register(GROUPED_SDPA, _grouped_sdpa_attention)
+    AttentionMaskInterface.register(GROUPED_SDPA, sdpa_mask)
+    base.set_attn_implementation(GROUPED_SDPA)
+    return True
+
+
+def _grouped_sdpa_attention(module: Any, query: Any, key: Any, value: Any, attention_mask: Any, **kwargs: Any):
+    import torch
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    if attention_mask is None or kwargs.get("position_bias") is not None or key.shape[1] == query.shape[1]:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+    # What transformers does with a mask (is_causal is False then), minus the copy of the KV heads.
+    output = torch.nn.functional.scaled_dot_product_attention(
+        query,
+        key,
+        value,
+        attn_mask=attention_mask,
+        dropout_p=kwargs.get("dropout", 0.0),
+        scale=kwargs.get("scaling"),
+        enable_gqa=True,
+    )
+    return output.transpose(1, 2).contiguous(), None
 
 
 def _eos_ids(model: Any, tokenizer: Any) -> list[int]:

@@ -1,0 +1,133 @@
+"""`run_eval` end to end: generation → verification → store → metrics → recommendation.
+
+Most tests inject a scripted generator (the engine path is real: packs, verifier,
+world, store); one runs the tiny random model through the real hf backend, and
+one (slow) runs the real embedded model.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from appliance.evaluate import EvalSettings, run_eval
+from appliance.evaluate.stored import compare_stored
+from appliance.packs import load_pack
+from appliance.prompting import render_completion
+from appliance.store import Workspace
+from eval_support import ScriptedGenerator, expected_answer_for
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_model_dir)
+
+
+@pytest.fixture
+def ws(tmp_path):
+    return Workspace.open(tmp_path / "runs")
+
+
+def test_perfect_answers_score_full_marks_and_land_in_the_store(tokenizer, ws):
+    pack = load_pack("workplace-single")
+    gen = ScriptedGenerator(tokenizer, expected_answer_for(pack, "val"))
+    report = run_eval(EvalSettings(pack="workplace-single", split="val", k=2, limit=20), workspace=ws, generator=gen)
+    m = report.metrics
+    assert m["n_tasks"] == 20 and m["n_samples"] == 40
+    assert m["execution_success_rate"] == 1.0 and m["pass@1"] == 1.0 and m["pass@2"] == 1.0
+    assert m["valid_json_rate"] == 1.0 and m["unsafe_action_rate"] == 0.0
+    assert report.recommendation.action == "promote"
+    _, rows = ws.query("SELECT count(*), count(DISTINCT task_id), min(reward) FROM eval_samples WHERE eval_id = ?",
+                       [report.eval_id])
+    assert rows[0] == (40, 20, 1.0)
+    _, evals = ws.query("SELECT status, success_rate, metrics->>'$.recommendation.action' FROM evals WHERE id = ?",
+                        [report.eval_id])
+    assert evals[0] == ("finished", 1.0, "promote")
+
+
+@pytest.mark.parametrize("garbage", ["", "{{{{", "\x00\x01", '{"name": 5}', "[" * 5000, "🙂" * 300])
+def test_a_broken_output_stream_completes_as_format_errors(tokenizer, ws, garbage):
+    gen = ScriptedGenerator(tokenizer, lambda prompt, i: garbage)
+    report = run_eval(EvalSettings(pack="workplace-single", split="val", limit=12), workspace=ws, generator=gen)
+    assert report.metrics["buckets"]["format_error"] == 12
+    assert report.metrics["valid_json_rate"] == 0.0
+    assert report.recommendation.action == "sft"
+
+
+def test_multi_step_agent_loop_looks_up_then_acts(tokenizer, ws):
+    pack = load_pack("workplace-multi")
+    task = pack.task("wm-val-0001")  # "The newest email from kofi can go; please delete it."
+    script = [
+        json.dumps({"name": "email_search_emails", "arguments": {"query": "kofi"}}),
+        render_completion(task.expected),
+        "No action is needed.",
+    ]
+    turns: dict[str, int] = {}
+
+    def answer(prompt: str, index: int) -> str:
+        turn = prompt.count("<|im_start|>tool")
+        turns[prompt[:50]] = turn
+        return script[min(turn, 2)] if task.request in prompt else "No action is needed."
+
+    gen = ScriptedGenerator(tokenizer, answer)
+    report = run_eval(EvalSettings(pack="workplace-multi", split="val", limit=2), workspace=ws, generator=gen)
+    sample = next(s for s in report.samples if s.task_id == task.id)
+    assert sample.verdict.success, sample.verdict.reason
+    assert sample.turns == 3 and sample.trajectory[0]["calls"][0]["name"] == "email_search_emails"
+    assert "kofi" in sample.trajectory[0]["observations"][0].lower()
+    _, rows = ws.query("SELECT json_extract(trajectory, '$.n_turns') FROM eval_samples WHERE task_id = ?", [task.id])
+    assert int(rows[0][0]) == 3
+
+
+def test_a_looping_agent_is_labelled_and_stopped(tokenizer, ws):
+    loop = json.dumps({"name": "email_search_emails", "arguments": {"query": "kofi"}})
+    gen = ScriptedGenerator(tokenizer, lambda prompt, i: loop)
+    report = run_eval(EvalSettings(pack="workplace-multi", split="val", limit=1), workspace=ws, generator=gen)
+    (sample,) = report.samples
+    assert sample.horizon == "looped" and sample.turns == 3 and not sample.verdict.success
+
+
+def test_compare_two_stored_evals(tokenizer, ws):
+    pack = load_pack("workplace-single")
+    bad = run_eval(EvalSettings(pack="workplace-single", limit=30), workspace=ws,
+                   generator=ScriptedGenerator(tokenizer, lambda p, i: "No action is needed."))
+    good = run_eval(EvalSettings(pack="workplace-single", limit=30), workspace=ws,
+                    generator=ScriptedGenerator(tokenizer, expected_answer_for(pack, "val")))
+    cmp = compare_stored(ws, bad.eval_id, good.eval_id)
+    assert cmp["success"].significant_improvement
+    assert dict((n, d) for n, _, _, d in cmp["deltas"])["execution_success_rate"] > 0.5
+
+
+def test_bfcl_pack_is_scored_by_its_ast_rules(tokenizer, ws):
+    from appliance.bfcl import gold_calls
+
+    pack = load_pack("bfcl")
+    rows = {t.request: t for t in pack.tasks("gate")}
+
+    def answer(prompt: str, index: int) -> str:
+        task = next(t for request, t in rows.items() if request in prompt)
+        return render_completion(gold_calls({"bfcl": task.meta["bfcl"], "tools": list(task.tools)}))
+
+    report = run_eval(EvalSettings(pack="bfcl", split="gate", limit=40), workspace=ws,
+                      generator=ScriptedGenerator(tokenizer, answer))
+    assert report.metrics["execution_success_rate"] == 1.0
+
+
+def test_tiny_model_through_the_real_hf_backend(tiny_model_dir, ws):
+    report = run_eval(EvalSettings(model=str(tiny_model_dir), pack="workplace-single", limit=4, k=2,
+                                   max_new_tokens=8, backend="hf"), workspace=ws)
+    assert report.metrics["n_samples"] == 8
+    assert "transformers" in report.backend_reason
+    _, rows = ws.query("SELECT count(*) FROM eval_samples WHERE eval_id = ?", [report.eval_id])
+    assert rows[0][0] == 8
+
+
+@pytest.mark.slow
+def test_real_embedded_model_on_a_few_val_tasks(ws):
+    report = run_eval(EvalSettings(pack="workplace-single", limit=4, max_new_tokens=64), workspace=ws)
+    assert report.metrics["n_samples"] == 4
+    _, rows = ws.query("SELECT count(*), count(completion) FILTER (WHERE length(completion) > 0) "
+                       "FROM eval_samples WHERE eval_id = ?", [report.eval_id])
+    assert rows[0][0] == 4 and rows[0][1] >= 1  # the real model says something
