@@ -156,6 +156,7 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--pack", default=DEFAULT_PACK)
     p.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run of every stage")
     p.add_argument("--baseline-only", action="store_true", help="stop after the baseline eval and recommendation")
+    p.add_argument("--checkpoints", default="checkpoints", help="adapter registry folder")
     _common(p, events=True)
 
 

@@ -188,7 +188,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from appliance.pipeline import PipelineSettings, run_pipeline
 
     settings = PipelineSettings(model=args.model, pack=args.pack, quick=args.quick,
-                                baseline_only=args.baseline_only, tasks_root=args.tasks_root)
+                                baseline_only=args.baseline_only, tasks_root=args.tasks_root,
+                                checkpoints_root=args.checkpoints)
     result = run_pipeline(settings, workspace=_workspace(args), sink=_event_sink(args))
     report.print_pipeline(result)
     return 0

@@ -18,6 +18,11 @@ from appliance.events import Alarm, Event, EvalFinished, Log, Progress, RunFaile
 console = Console()
 err_console = Console(stderr=True)
 
+# The few step metrics worth a line on a terminal; everything else is in the store and the cockpit.
+STEP_LINE = (("loss", "loss"), ("reward", "reward/mean"), ("success", "train/success_rate"),
+             ("format errors", "train/format_error_rate"), ("flat groups", "frac_reward_zero_std"),
+             ("kl", "kl"), ("step s", "time/step_s"))
+
 SEED_METRICS = (
     ("valid JSON rate", "valid_json_rate"),
     ("correct tool rate", "correct_tool_rate"),
@@ -249,8 +254,9 @@ class HumanSink:
             return
         self._close_bar()
         if isinstance(event, StepMetrics):
-            shown = {k: round(v, 4) for k, v in event.metrics.items() if isinstance(v, (int, float))}
-            err_console.print(f"step {event.step}: {json.dumps(shown)}", highlight=False)
+            shown = "  ".join(f"{label} {event.metrics[key]:.3g}" for label, key in STEP_LINE
+                              if isinstance(event.metrics.get(key), (int, float)))
+            err_console.print(f"step {event.step}: {shown}", highlight=False)
         elif isinstance(event, Alarm):
             err_console.print(f"[bold red]ALARM ({event.kind}):[/bold red] {event.message}")
         elif isinstance(event, RunFailed):
