@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 # vLLM's attention kernels want a real head size (64); 4-bit needs dims divisible by the block size.
-TINY = {"hidden_size": 256, "layers": 2, "heads": 4}
+TINY = {"hidden_size": 256, "layers": 2, "heads": 4, "kv_heads": 4}
 PROMPTS = ["Schedule a meeting with Carlos on Friday", "Reply to the email from Nadia"]
 
 
@@ -139,8 +139,7 @@ def part_vllm(work: Path) -> None:
 
     model_dir = work / "tiny"
     tokenizer = build_tiny_tokenizer()
-    base = build_tiny_model(len(tokenizer), hidden_size=TINY["hidden_size"], layers=TINY["layers"],
-                            heads=TINY["heads"])
+    base = build_tiny_model(len(tokenizer), **TINY)
     base.save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)
     peft_model = get_peft_model(base, LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"],

@@ -44,13 +44,15 @@ def build_tiny_tokenizer(vocab_size: int = 400) -> Any:
     return tokenizer
 
 
-def build_tiny_model(vocab_size: int, *, hidden_size: int = 32, layers: int = 2, heads: int = 2) -> Any:
+def build_tiny_model(vocab_size: int, *, hidden_size: int = 32, layers: int = 2, heads: int = 4,
+                     kv_heads: int = 2) -> Any:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(
         vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=2 * hidden_size,
-        num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=heads,
+        num_hidden_layers=layers, num_attention_heads=heads,
+        num_key_value_heads=kv_heads,  # grouped-query attention, as in SmolLM2 (9 query heads, 3 KV heads)
         max_position_embeddings=1024,
         # A wide init makes logits decisive, so greedy decoding is stable under tiny float noise.
         initializer_range=0.3, tie_word_embeddings=True, pad_token_id=0, bos_token_id=1, eos_token_id=2,
@@ -62,11 +64,11 @@ def build_tiny_model(vocab_size: int, *, hidden_size: int = 32, layers: int = 2,
     return model
 
 
-def save_tiny_model(directory: str | Path, *, hidden_size: int = 32, layers: int = 2, heads: int = 2) -> Path:
+def save_tiny_model(directory: str | Path, **model_kwargs: Any) -> Path:
     """Build and save model + tokenizer into `directory`; returns it."""
     directory = Path(directory)
     tokenizer = build_tiny_tokenizer()
-    model = build_tiny_model(len(tokenizer), hidden_size=hidden_size, layers=layers, heads=heads)
+    model = build_tiny_model(len(tokenizer), **model_kwargs)
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
     return directory

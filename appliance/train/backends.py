@@ -81,3 +81,22 @@ def get_backend(name: str, config: "TrainConfig | None" = None) -> Backend:
         raise ApplianceError(f"Unknown backend {name!r}; choose cpu or unsloth.")
     module = importlib.import_module(BACKEND_MODULES[name])
     return module.make_backend(config)
+
+
+def build_sft_trainer(model: Any, tokenizer: Any, dataset: Any, args: dict[str, Any], callbacks: list[Any]) -> Any:
+    """TRL's SFTTrainer from SFTConfig kwargs (after unsloth is imported, TRL's classes are its patched ones)."""
+    from trl import SFTConfig, SFTTrainer
+
+    return SFTTrainer(model=model, args=SFTConfig(**args), train_dataset=dataset, processing_class=tokenizer,
+                      callbacks=callbacks)
+
+
+def build_grpo_trainer(model: Any, tokenizer: Any, dataset: Any, args: dict[str, Any],
+                       reward_funcs: list[Callable], callbacks: list[Any], trainer_mixin: type | None = None) -> Any:
+    """TRL's GRPOTrainer (our mixin first in the MRO when given) from GRPOConfig kwargs."""
+    from trl import GRPOConfig, GRPOTrainer
+
+    trainer_cls = GRPOTrainer if trainer_mixin is None else type(
+        "ApplianceGRPOTrainer", (trainer_mixin, GRPOTrainer), {})
+    return trainer_cls(model=model, reward_funcs=reward_funcs, args=GRPOConfig(**args), train_dataset=dataset,
+                       processing_class=tokenizer, callbacks=callbacks)

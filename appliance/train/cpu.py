@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
+from .backends import build_grpo_trainer, build_sft_trainer
 from .config import TrainConfig
 
 
@@ -40,21 +41,13 @@ class CpuBackend:
 
     def make_sft_trainer(self, model: Any, tokenizer: Any, dataset: Any, config: TrainConfig,
                          args: dict[str, Any], callbacks: list[Any]) -> Any:
-        from trl import SFTConfig, SFTTrainer
-
-        return SFTTrainer(model=model, args=SFTConfig(**args, **self._common_args()), train_dataset=dataset,
-                          processing_class=tokenizer, callbacks=callbacks)
+        return build_sft_trainer(model, tokenizer, dataset, {**args, **self._common_args()}, callbacks)
 
     def make_grpo_trainer(self, model: Any, tokenizer: Any, dataset: Any, config: TrainConfig,
                           args: dict[str, Any], reward_funcs: list[Callable], callbacks: list[Any],
                           trainer_mixin: type | None = None) -> Any:
-        from trl import GRPOConfig, GRPOTrainer
-
-        trainer_cls = GRPOTrainer if trainer_mixin is None else type(
-            "ApplianceGRPOTrainer", (trainer_mixin, GRPOTrainer), {})
-        grpo_args = GRPOConfig(**args, **self._common_args(), use_vllm=False)
-        return trainer_cls(model=model, reward_funcs=reward_funcs, args=grpo_args, train_dataset=dataset,
-                           processing_class=tokenizer, callbacks=callbacks)
+        return build_grpo_trainer(model, tokenizer, dataset, {**args, **self._common_args(), "use_vllm": False},
+                                  reward_funcs, callbacks, trainer_mixin)
 
     def save_adapter(self, model: Any, out_dir: str | Path) -> None:
         model.save_pretrained(str(out_dir))

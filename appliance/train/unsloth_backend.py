@@ -21,6 +21,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
+from .backends import build_grpo_trainer, build_sft_trainer
 from .config import ALL_LINEAR, TrainConfig
 
 # What "all-linear" means for the decoder architectures Unsloth supports (Llama, Qwen, Mistral, Gemma).
@@ -80,22 +81,16 @@ class UnslothBackend:
 
     def make_sft_trainer(self, model: Any, tokenizer: Any, dataset: Any, config: TrainConfig,
                          args: dict[str, Any], callbacks: list[Any]) -> Any:
-        from trl import SFTConfig, SFTTrainer
-
-        return SFTTrainer(model=model, args=SFTConfig(**args, **self._common_args()), train_dataset=dataset,
-                          processing_class=tokenizer, callbacks=callbacks)
+        return build_sft_trainer(model, tokenizer, dataset, {**args, **self._common_args()}, callbacks)
 
     def make_grpo_trainer(self, model: Any, tokenizer: Any, dataset: Any, config: TrainConfig,
                           args: dict[str, Any], reward_funcs: list[Callable], callbacks: list[Any],
                           trainer_mixin: type | None = None) -> Any:
-        from trl import GRPOConfig, GRPOTrainer  # the unsloth-patched classes
-
-        trainer_cls = GRPOTrainer if trainer_mixin is None else type(
-            "ApplianceGRPOTrainer", (trainer_mixin, GRPOTrainer), {})
-        grpo_args = GRPOConfig(**args, **self._common_args(), use_vllm=True, vllm_mode="colocate",
-                               vllm_gpu_memory_utilization=config.gpu_memory_utilization)
-        return trainer_cls(model=model, reward_funcs=reward_funcs, args=grpo_args, train_dataset=dataset,
-                           processing_class=tokenizer, callbacks=callbacks)
+        # Unsloth patched TRL's classes on import: colocate mode samples through its shared-weight vLLM engine.
+        colocated = {"use_vllm": True, "vllm_mode": "colocate",
+                     "vllm_gpu_memory_utilization": config.gpu_memory_utilization}
+        return build_grpo_trainer(model, tokenizer, dataset, {**args, **self._common_args(), **colocated},
+                                  reward_funcs, callbacks, trainer_mixin)
 
     def save_adapter(self, model: Any, out_dir: str | Path) -> None:
         # save_lora writes the same PEFT files as save_pretrained, from the live LoRA tensors.
