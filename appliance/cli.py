@@ -77,7 +77,7 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--limit", type=int, default=None, help="evaluate only the first N tasks")
     p.add_argument("--temperature", type=float, default=None,
                    help="sampling temperature (default: 0 for k=1, 0.7 otherwise)")
-    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--max-new-tokens", type=int, default=96)
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--backend", choices=["auto", "hf", "vllm"], default="auto")
     p.add_argument("--seed", type=int, default=0)

@@ -29,7 +29,7 @@ class EvalSettings:
     limit: int | None = field(default=None, metadata={"help": "evaluate only the first N tasks"})
     temperature: float | None = field(default=None, metadata={"help": "None: greedy for k=1, 0.7 for k>1"})
     top_p: float = field(default=1.0, metadata={"help": "nucleus sampling"})
-    max_new_tokens: int = field(default=128, metadata={"help": "generation budget per turn"})
+    max_new_tokens: int = field(default=96, metadata={"help": "generation budget per turn (a call is ~60 tokens)"})
     batch_size: int = field(default=16, metadata={"help": "prompts per generation call"})
     backend: str = field(default="auto", metadata={"help": "auto | hf | vllm"})
     seed: int = field(default=0, metadata={"help": "sampling seed"})
@@ -83,9 +83,13 @@ class _Session:
             self.writer(self.eval_id, scored, prompts)
 
     def run_single_step(self, tasks: Sequence[Task]) -> None:
+        # Batches of similar prompt length: a batch is padded to its longest prompt, and tool lists
+        # make prompt lengths vary 5x, so task order would waste most of the compute on padding.
+        prompts_all = {t.id: self.prompt(t, t.messages) for t in tasks}
+        by_length = sorted(tasks, key=lambda t: len(prompts_all[t.id]))
         done = 0
-        for batch in _chunks(tasks, self.settings.batch_size):
-            prompts = {t.id: self.prompt(t, t.messages) for t in batch}
+        for batch in _chunks(by_length, self.settings.batch_size):
+            prompts = {t.id: prompts_all[t.id] for t in batch}
             outputs = self._generate([prompts[t.id] for t in batch], self.settings.k)
             scored = []
             for task, samples in zip(batch, outputs):
