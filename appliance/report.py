@@ -150,6 +150,11 @@ def print_eval(result: Any) -> None:
     title = f"{result.eval_id}: {s.model}{' + ' + s.adapter if s.adapter else ''} on {s.pack}/{s.split}, k={s.k}"
     console.print(metrics_table(result.metrics, title=title))
     console.print(buckets_table(result.metrics))
+    if "bfcl" in result.metrics:
+        table = Table("BFCL category", "accuracy")
+        for name, value in result.metrics["bfcl"].items():
+            table.add_row(name, f"{value:.1%}")
+        console.print(table)
     if result.backend_reason:
         console.print(f"backend: {result.backend_reason}")
     if result.interrupted:

@@ -113,6 +113,7 @@ def test_bfcl_pack_is_scored_by_its_ast_rules(tokenizer, ws):
     report = run_eval(EvalSettings(pack="bfcl", split="gate", limit=40), workspace=ws,
                       generator=ScriptedGenerator(tokenizer, answer))
     assert report.metrics["execution_success_rate"] == 1.0
+    assert report.metrics["bfcl"]["simple_python"] == 1.0 and report.metrics["bfcl"]["overall"] == 1.0
 
 
 def test_tiny_model_through_the_real_hf_backend(tiny_model_dir, ws):

@@ -161,11 +161,21 @@ def run_eval(settings: EvalSettings, *, workspace: Any = None, sink: EventSink =
     wall = time.perf_counter() - started
     done_ids = {s.task_id for s in session.samples}
     metrics = summarize(session.samples, [t for t in tasks if t.id in done_ids], settings.k, wall)
+    if session.scorer.is_bfcl:
+        metrics["bfcl"] = _bfcl_breakdown(session.samples, pack)
     rec = recommend(metrics, thresholds)
     if writer is not None:
         writer.write_eval(eval_id, metrics, rec, backend_reason, interrupted)
     sink(EvalFinished(run_id=eval_id, eval_id=eval_id, metrics=metrics, recommendation=str(rec)))
     return EvalReport(eval_id, settings, metrics, rec, session.samples, backend_reason, interrupted)
+
+
+def _bfcl_breakdown(samples: Sequence[ScoredSample], pack: Any) -> dict[str, float]:
+    """Accuracy per BFCL category and the leaderboard's summary numbers (first sample per task)."""
+    from appliance.bfcl import bfcl_summary
+
+    return bfcl_summary((pack.task(s.task_id).tags.get("category", "?"), s.verdict.success)
+                        for s in samples if s.sample_index == 0)
 
 
 def _make_generator(settings: EvalSettings) -> tuple[Any, str]:
