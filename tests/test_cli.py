@@ -40,3 +40,20 @@ def test_sql_answers_on_a_fresh_workspace(tmp_path):
                    "--workspace", str(tmp_path / "ws"))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["n", "0"]
+
+
+def test_train_flags_map_onto_the_run_config(tmp_path):
+    from appliance.train.cli_glue import config_from_args
+
+    args = build_parser().parse_args(["train", "grpo", "--steps", "3", "--lr", "1e-5", "--preset", "dapo",
+                                      "--num-generations", "4", "--workspace", str(tmp_path)])
+    config = config_from_args(args)
+    assert (config.stage, config.steps, config.learning_rate, config.preset, config.num_generations) == (
+        "grpo", 3, 1e-5, "dapo", 4)
+    assert config.workspace == str(tmp_path) and config.pack == "workplace-single"
+
+
+def test_a_bad_training_setting_is_one_sentence(tmp_path):
+    proc = run_cli("train", "grpo", "--num-generations", "1", "--workspace", str(tmp_path / "ws"))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "num_generations" in proc.stderr

@@ -139,3 +139,16 @@ def test_metric_names_follow_our_vocabulary():
                               "step_time": 2.0, "note": "text"})
     assert metrics == {"reward/mean": 0.5, "reward/exact/mean": 0.25, "completion/clipped_ratio": 0.1,
                        "time/step_s": 2.0}
+
+
+def test_flat_groups_raise_a_no_learning_signal_alarm_once_they_persist():
+    from appliance.train.alarms import check_no_learning_signal
+
+    flat = [{"step": s, "frac_reward_zero_std": 1.0, "reward/mean": 0.0} for s in (1, 2, 3)]
+    alarm = check_no_learning_signal(flat, run_id="r")
+    assert alarm is not None and alarm.kind == "no_learning_signal" and "SFT first" in alarm.message
+    assert check_no_learning_signal(flat[:2]) is None  # too early to tell
+    mixed = flat[:2] + [{"step": 3, "frac_reward_zero_std": 0.5, "reward/mean": 0.2}]
+    assert check_no_learning_signal(mixed) is None
+    solved = [{"step": s, "frac_reward_zero_std": 1.0, "reward/mean": 1.0} for s in (1, 2, 3)]
+    assert "harder tasks" in check_no_learning_signal(solved).message

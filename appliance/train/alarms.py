@@ -54,3 +54,27 @@ def check_reward_hacking(history: Sequence[Mapping[str, Any]], *, run_id: str = 
                 f"The shaped reward rose by {reward_rise:+.3f} while strict success fell by {strict_change:+.3f}; "
                 f"the model is learning the shaping, not the task: switch to a binary reward or reduce shaping."))
     return None
+
+
+FLAT_WINDOW = 3  # consecutive GRPO steps
+FLAT_SHARE = 0.9  # share of groups whose completions all got the same reward
+
+
+def check_no_learning_signal(history: Sequence[Mapping[str, Any]], *, run_id: str = "",
+                             window: int = FLAT_WINDOW, share: float = FLAT_SHARE) -> Alarm | None:
+    """An Alarm(kind="no_learning_signal") when the last `window` steps had (almost) only flat groups.
+
+    GRPO learns from differences within a group; when every completion of a
+    prompt gets the same reward the advantage is zero and the step teaches
+    nothing — the "reward stuck at zero" trap.
+    """
+    recent = [p for p in history if p.get("frac_reward_zero_std") is not None][-window:]
+    if len(recent) < window or any(float(p["frac_reward_zero_std"]) < share for p in recent):
+        return None
+    mean_reward = sum(float(p.get("reward/mean", 0.0)) for p in recent) / window
+    hint = ("SFT first, or use a shaped reward for the first steps" if mean_reward <= 0.05 else
+            "the task may already be solved on these prompts: use harder tasks")
+    return Alarm(run_id=run_id, kind="no_learning_signal", step=int(recent[-1].get("step", 0)), message=(
+        f"In the last {window} steps at least {share:.0%} of groups gave every completion the same reward "
+        f"(mean reward {mean_reward:.2f}), so GRPO has nothing to learn from; raise num_generations or "
+        f"temperature, or {hint}."))

@@ -17,6 +17,7 @@ import time
 from typing import Any, Callable
 
 from ..events import StepMetrics
+from .alarms import check_no_learning_signal
 
 # TRL log key -> our metric name (StepMetrics.metrics); keys not listed pass through unchanged.
 METRIC_NAMES = {
@@ -95,6 +96,15 @@ def build_callback(run: Any, recorder: Any = None, on_eval: Callable | None = No
             run.emit(event)
             run.history.append({"step": state.global_step, **metrics})
             self.since_checkpoint.append(metrics)
+            self._watch_learning_signal()
+
+        def _watch_learning_signal(self):
+            if getattr(self, "flat_alarmed", False):
+                return  # one alarm per run is enough to act on
+            alarm = check_no_learning_signal(run.history, run_id=run.run_id)
+            if alarm is not None:
+                self.flat_alarmed = True
+                run.raise_alarm(alarm)
 
         def on_save(self, args, state, control, model=None, **kwargs):
             run.save_checkpoint(model, state.global_step, _mean_metrics(self.since_checkpoint), on_eval)
