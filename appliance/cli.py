@@ -157,6 +157,8 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run of every stage")
     p.add_argument("--baseline-only", action="store_true", help="stop after the baseline eval and recommendation")
     p.add_argument("--checkpoints", default="checkpoints", help="adapter registry folder")
+    p.add_argument("--baseline-k", type=int, default=1, help="baseline samples per task (1 = greedy; >1 adds pass@k)")
+    p.add_argument("--eval-limit", type=int, default=None, help="held-out tasks per eval (default: the whole split)")
     _common(p, events=True)
 
 

@@ -189,7 +189,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     settings = PipelineSettings(model=args.model, pack=args.pack, quick=args.quick,
                                 baseline_only=args.baseline_only, tasks_root=args.tasks_root,
-                                checkpoints_root=args.checkpoints)
+                                checkpoints_root=args.checkpoints, baseline_k=args.baseline_k,
+                                eval_limit=args.eval_limit)
     result = run_pipeline(settings, workspace=_workspace(args), sink=_event_sink(args))
     report.print_pipeline(result)
     return 0

@@ -21,7 +21,8 @@ class PipelineSettings:
     quick: bool = field(default=False, metadata={"help": "tiny sizes: a smoke run of every stage"})
     baseline_only: bool = field(default=False, metadata={"help": "stop after the baseline and recommendation"})
     tasks_root: str = field(default="tasks", metadata={"help": "folder with task packs"})
-    baseline_k: int = field(default=4, metadata={"help": "samples per task in the baseline (pass@k)"})
+    baseline_k: int = field(default=1, metadata={
+        "help": "samples per task in the baseline; 1 = greedy, which the gate can reuse; >1 adds pass@k"})
     eval_limit: int | None = field(default=None, metadata={"help": "held-out tasks per eval (None: all)"})
     sft_steps: int = field(default=40, metadata={"help": "SFT steps when SFT is recommended"})
     grpo_steps: int = field(default=16, metadata={"help": "GRPO steps"})
@@ -29,7 +30,7 @@ class PipelineSettings:
 
     def __post_init__(self) -> None:
         if self.quick:
-            self.baseline_k, self.eval_limit, self.sft_steps, self.grpo_steps = 2, 8, 4, 2
+            self.eval_limit, self.sft_steps, self.grpo_steps = min(self.eval_limit or 8, 8), 4, 2
 
 
 @dataclass
@@ -60,20 +61,25 @@ def run_pipeline(s: PipelineSettings, *, workspace: Any, sink: EventSink = null_
     result.lines += [
         f"baseline {baseline.eval_id}: valid JSON {m['valid_json_rate']:.1%}, correct tool {m['correct_tool_rate']:.1%}, "
         f"execution success {m['execution_success_rate']:.1%}, pass@{s.baseline_k} {m[f'pass@{s.baseline_k}']:.1%} "
-        f"({result.stages_s['baseline']:.0f}s)",
+        f"on {m['n_tasks']} held-out tasks ({result.stages_s['baseline']:.0f}s)",
         f"recommendation: {baseline.recommendation}",
     ]
     action = baseline.recommendation.action
     if s.baseline_only or action == "promote":
         sink(RunFinished(run_id=run_id, summary={"lines": result.lines}))
         return result
-    adapter = _train(s, action, workspace, sink, result)
-    _promote(s, adapter, workspace, sink, result)
+    adapter, candidate_eval = _train(s, action, workspace, sink, result)
+    reuse = {"candidate": candidate_eval} if candidate_eval else {}
+    if s.baseline_k == 1:
+        reuse["baseline"] = baseline.eval_id  # greedy on the same split: exactly what the gate would run
+    _promote(s, adapter, workspace, sink, result, reuse)
     sink(RunFinished(run_id=run_id, summary={"lines": result.lines, "stages_s": result.stages_s}))
     return result
 
 
-def _train(s: PipelineSettings, action: str, workspace: Any, sink: EventSink, result: PipelineResult) -> str:
+def _train(s: PipelineSettings, action: str, workspace: Any, sink: EventSink,
+           result: PipelineResult) -> tuple[str, str | None]:
+    """SFT when recommended, then GRPO; returns the final adapter and its held-out eval id."""
     from appliance.evaluate.heldout import make_heldout_eval
     from appliance.train import TrainConfig, run_grpo, run_sft
 
@@ -95,26 +101,30 @@ def _train(s: PipelineSettings, action: str, workspace: Any, sink: EventSink, re
     _timed(result, "grpo", t0)
     result.lines.append(f"GRPO {grpo.run_id}: {s.grpo_steps} steps → {grpo.final_adapter} "
                         f"({result.stages_s['grpo']:.0f}s)" + _heldout_line(grpo))
-    return str(grpo.final_adapter)
+    return str(grpo.final_adapter), _heldout(grpo).get("eval_id")
 
 
-def _heldout_line(train_result: Any) -> str:
-    """The held-out success recorded in the run's last checkpoint manifest, if any."""
+def _heldout(train_result: Any) -> dict[str, Any]:
+    """The held-out eval recorded in the run's last checkpoint manifest ({} if none)."""
     from appliance.checkpoints import load_manifest
 
     if not train_result.checkpoints:
-        return ""
-    heldout = load_manifest(train_result.checkpoints[-1]).get("metrics", {}).get("heldout") or {}
-    success = heldout.get("heldout_success")
+        return {}
+    return load_manifest(train_result.checkpoints[-1]).get("metrics", {}).get("heldout") or {}
+
+
+def _heldout_line(train_result: Any) -> str:
+    success = _heldout(train_result).get("heldout_success")
     return f"; held-out success {success:.1%}" if isinstance(success, (int, float)) else ""
 
 
-def _promote(s: PipelineSettings, adapter: str, workspace: Any, sink: EventSink, result: PipelineResult) -> None:
+def _promote(s: PipelineSettings, adapter: str, workspace: Any, sink: EventSink, result: PipelineResult,
+             reuse: dict[str, str]) -> None:
     from appliance.promotion import GateSettings, promote
 
     t0 = time.perf_counter()
     decision = promote(adapter, root=s.checkpoints_root, model=s.model, pack=s.pack, tasks_root=s.tasks_root,
-                       workspace=workspace, sink=sink, settings=GateSettings(limit=s.eval_limit))
+                       workspace=workspace, sink=sink, settings=GateSettings(limit=s.eval_limit), reuse=reuse)
     _timed(result, "gate", t0)
     result.promoted, result.candidate = decision.promoted, adapter
     result.lines.append(("PROMOTED: " if decision.promoted else "NOT PROMOTED: ") + decision.summary)

@@ -85,48 +85,70 @@ def gate(ev: GateEvidence, s: GateSettings = GateSettings()) -> tuple[bool, list
     return ok, reasons
 
 
-def _per_task(samples: list[Any]) -> dict[str, float]:
-    from appliance.evaluate.metrics import per_task_success
+@dataclass(frozen=True)
+class _Measured:
+    """What the gate needs from one eval: its metrics and per-task success."""
 
-    return {t: sum(v) / len(v) for t, v in per_task_success(samples).items()}
+    metrics: dict[str, Any]
+    per_task: dict[str, float]
 
 
-def _eval(model: str, adapter: str | None, pack: str, split: str, s: GateSettings, tasks_root: str,
-          workspace: Any, sink: EventSink) -> Any:
+def _measure(model: str, adapter: str | None, pack: str, split: str, s: GateSettings, tasks_root: str,
+             workspace: Any, sink: EventSink, reuse_eval: str | None = None) -> _Measured:
+    """Run a greedy eval, or read back a stored one of the same adapter and split (`reuse_eval`)."""
+    from appliance.evaluate.stored import eval_metrics, per_task_success
+
+    if reuse_eval:
+        sink(Log(message=f"gate: reusing stored eval {reuse_eval} for {adapter or 'the base model'}"))
+        return _Measured(eval_metrics(workspace, reuse_eval), per_task_success(workspace, reuse_eval))
     from appliance.evaluate import EvalSettings, run_eval
+    from appliance.evaluate.metrics import per_task_success as sample_success
 
     settings = EvalSettings(model=model, adapter=adapter, pack=pack, split=split, k=1, limit=s.limit,
                             tasks_root=tasks_root)
     sink(Log(message=f"gate eval: {adapter or 'base model'} on {pack}/{split}"))
-    return run_eval(settings, workspace=workspace, sink=sink)
+    report = run_eval(settings, workspace=workspace, sink=sink)
+    per_task = {t: sum(v) / len(v) for t, v in sample_success(report.samples).items()}
+    return _Measured(report.metrics, per_task)
 
 
 def collect_evidence(candidate: str, baseline: str | None, *, model: str, pack: str, tasks_root: str,
-                     workspace: Any, s: GateSettings, sink: EventSink = null_sink) -> GateEvidence:
+                     workspace: Any, s: GateSettings, sink: EventSink = null_sink,
+                     reuse: dict[str, str] | None = None) -> GateEvidence:
+    """Held-out and general evals of both sides; `reuse` maps "baseline"/"candidate" to stored eval ids."""
     from appliance.packs import list_packs, load_pack
 
-    base = _eval(model, baseline, pack, s.heldout_split, s, tasks_root, workspace, sink)
-    cand = _eval(model, candidate, pack, s.heldout_split, s, tasks_root, workspace, sink)
-    success = paired_bootstrap(_per_task(base.samples), _per_task(cand.samples))
+    reuse = reuse or {}
+    common = {"s": s, "tasks_root": tasks_root, "workspace": workspace, "sink": sink}
+    base = _measure(model, baseline, pack, s.heldout_split, reuse_eval=reuse.get("baseline"), **common)
+    cand = _measure(model, candidate, pack, s.heldout_split, reuse_eval=reuse.get("candidate"), **common)
+    success = paired_bootstrap(base.per_task, cand.per_task)
     if s.general_pack not in list_packs(tasks_root) or s.general_split not in load_pack(
             s.general_pack, root=tasks_root).splits:
         return GateEvidence(base.metrics, cand.metrics, success)
-    base_g = _eval(model, baseline, s.general_pack, s.general_split, s, tasks_root, workspace, sink)
-    cand_g = _eval(model, candidate, s.general_pack, s.general_split, s, tasks_root, workspace, sink)
-    general = paired_bootstrap(_per_task(base_g.samples), _per_task(cand_g.samples))
+    base_g = _measure(model, baseline, s.general_pack, s.general_split, **common)
+    cand_g = _measure(model, candidate, s.general_pack, s.general_split, **common)
+    general = paired_bootstrap(base_g.per_task, cand_g.per_task)
     return GateEvidence(base.metrics, cand.metrics, success, base_g.metrics, cand_g.metrics, general)
 
 
 def promote(checkpoint: str, *, root: str = "checkpoints", model: str, pack: str, tasks_root: str = "tasks",
-            workspace: Any, sink: EventSink = null_sink, settings: GateSettings = GateSettings()) -> PromotionDecision:
-    """Evaluate the candidate against the current promoted version and promote only if the gate passes."""
+            workspace: Any, sink: EventSink = null_sink, settings: GateSettings = GateSettings(),
+            reuse: dict[str, str] | None = None) -> PromotionDecision:
+    """Evaluate the candidate against the current promoted version and promote only if the gate passes.
+
+    `reuse` names stored greedy evals of the same split ("baseline", "candidate") so a pipeline that just
+    measured them does not measure them again.
+    """
     from appliance import checkpoints
 
     candidate = str(checkpoints.resolve_checkpoint(checkpoint, root))
     promoted = checkpoints.current_promoted(root)
     baseline = promoted["path"] if promoted else None
+    if baseline is not None and reuse and "baseline" in reuse:
+        reuse = {k: v for k, v in reuse.items() if k != "baseline"}  # that eval was of the base model
     evidence = collect_evidence(candidate, baseline, model=model, pack=pack, tasks_root=tasks_root,
-                                workspace=workspace, s=settings, sink=sink)
+                                workspace=workspace, s=settings, sink=sink, reuse=reuse)
     ok, reasons = gate(evidence, settings)
     record = {"candidate": candidate, "baseline": baseline or "base model", "reasons": reasons,
               "settings": asdict(settings), **{k: v for k, v in asdict(evidence).items()}}
