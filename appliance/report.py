@@ -84,10 +84,10 @@ def sql_prompt(ws: Any, *, fmt: str, max_rows: int) -> int:
 # ---------------------------------------------------------------- packs
 
 def print_pack_list(packs: Iterable[Any]) -> None:
-    table = Table("pack", "world", "reward", "splits", "description")
+    table = Table("pack", "world", "scorer", "reward", "splits")
     for pack in packs:
-        sizes = ", ".join(f"{s}={len(pack.tasks(s))}" for s in pack.splits)
-        table.add_row(pack.name, pack.world, pack.reward_scheme, sizes, pack.manifest.get("description", ""))
+        sizes = ", ".join(f"{s} {len(pack.tasks(s))}" for s in pack.splits)
+        table.add_row(pack.name, pack.world, pack.manifest["scorer"], pack.reward_scheme, sizes)
     console.print(table)
 
 

@@ -49,12 +49,18 @@ def _where(pack: Pack, split: str, task: Task) -> str:
     return f"{pack.manifest['splits'][split]} line {pack.line_of(split, task.id)} ('{task.id}')"
 
 
+# Tags reports group by, per scorer; BFCL rows are grouped by leaderboard category instead of domain.
+REQUIRED_TAGS = {"verifier": ("domain", "source", "template"), "bfcl": ("category", "source")}
+
+
 def _shape_issues(pack: Pack, split: str, tasks: list[Task]) -> list[str]:
     issues = []
+    scorer = pack.manifest["scorer"]
     for task in tasks:
-        if task.kind == "single_step" and len(task.expected) > 1:
+        # BFCL's parallel categories answer with several calls in one turn; a workplace single step is one call.
+        if scorer == "verifier" and task.kind == "single_step" and len(task.expected) > 1:
             issues.append(f"{_where(pack, split, task)}: a single_step task expects {len(task.expected)} calls.")
-        for key in ("domain", "source", "template"):
+        for key in REQUIRED_TAGS[scorer]:
             if key not in task.tags:
                 issues.append(f"{_where(pack, split, task)}: tag '{key}' is missing.")
     return issues
