@@ -57,3 +57,22 @@ def test_a_bad_training_setting_is_one_sentence(tmp_path):
     proc = run_cli("train", "grpo", "--num-generations", "1", "--workspace", str(tmp_path / "ws"))
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "num_generations" in proc.stderr
+
+
+def test_verify_scores_a_file_and_stores_the_verdicts(tmp_path):
+    import json as _json
+
+    from appliance.packs import load_pack
+    from appliance.prompting import render_completion
+    from appliance.store import Workspace
+
+    tasks = load_pack("workplace-single").tasks("val")[:10]
+    outputs = tmp_path / "outputs.jsonl"
+    lines = [{"task_id": t.id, "output": render_completion(t.expected)} for t in tasks[:8]]
+    lines += [{"task_id": t.id, "output": "{broken"} for t in tasks[8:]]
+    outputs.write_text("\n".join(_json.dumps(line) for line in lines))
+    proc = run_cli("verify", str(outputs), "--workspace", str(tmp_path / "ws"))
+    assert proc.returncode == 0, proc.stderr
+    _, rows = Workspace.open(tmp_path / "ws").query(
+        "SELECT bucket, count(*) FROM eval_samples GROUP BY bucket ORDER BY bucket")
+    assert dict(rows) == {"format_error": 2, "success": 8}
