@@ -132,3 +132,22 @@ def test_real_embedded_model_on_a_few_val_tasks(ws):
     _, rows = ws.query("SELECT count(*), count(completion) FILTER (WHERE length(completion) > 0) "
                        "FROM eval_samples WHERE eval_id = ?", [report.eval_id])
     assert rows[0][0] == 4 and rows[0][1] >= 1  # the real model says something
+
+
+def test_ctrl_c_keeps_the_finished_batches(tokenizer, ws):
+    pack = load_pack("workplace-single")
+    right = expected_answer_for(pack, "val")
+    calls = {"n": 0}
+
+    class InterruptedGenerator(ScriptedGenerator):
+        def generate(self, prompts, **kwargs):
+            calls["n"] += 1
+            if calls["n"] == 2:
+                raise KeyboardInterrupt
+            return super().generate(prompts, **kwargs)
+
+    report = run_eval(EvalSettings(pack="workplace-single", limit=24, batch_size=8), workspace=ws,
+                      generator=InterruptedGenerator(tokenizer, right))
+    assert report.interrupted and report.metrics["n_samples"] == 8
+    _, rows = ws.query("SELECT status, n_samples FROM evals WHERE id = ?", [report.eval_id])
+    assert rows == [("interrupted", 8)]
