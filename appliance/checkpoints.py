@@ -214,6 +214,7 @@ def set_promoted(ckpt: Checkpoint | str | Path, evidence: dict[str, Any], *, wor
     ckpt = ckpt if isinstance(ckpt, Checkpoint) else load_checkpoint(ckpt)
     root = _root_of(ckpt)
     state = _read_promoted(root)
+    _demote_in_store(workspace, state["current"])
     entry = {"id": ckpt.id, "path": str(ckpt.path), "evidence": evidence, "promoted_at": time.time()}
     state["stack"].append(entry)
     state["current"] = entry
@@ -221,6 +222,12 @@ def set_promoted(ckpt: Checkpoint | str | Path, evidence: dict[str, Any], *, wor
     _atomic_write_json(root / PROMOTED, state)
     record_in_store(workspace, ckpt, status="promoted", promoted=True, note=json.dumps(evidence, default=str))
     return entry
+
+
+def _demote_in_store(workspace: Any, entry: dict[str, Any] | None) -> None:
+    """The store's `promoted` flag is true only for the current adapter: clear the outgoing one."""
+    if workspace is not None and entry and Path(entry["path"]).is_dir():
+        record_in_store(workspace, load_checkpoint(entry["path"]), status="superseded", promoted=False)
 
 
 def current_promoted(root: str | Path = "checkpoints") -> dict[str, Any] | None:
@@ -241,7 +248,11 @@ def rollback(root: str | Path = "checkpoints", *, workspace: Any = None, reason:
     _atomic_write_json(root / PROMOTED, state)
     if workspace is not None and Path(undone["path"]).is_dir():
         record_in_store(workspace, load_checkpoint(undone["path"]), status="rolled_back", promoted=False, note=reason)
-    return state["current"]
+    restored = state["current"]
+    if workspace is not None and restored and Path(restored["path"]).is_dir():
+        record_in_store(workspace, load_checkpoint(restored["path"]), status="promoted", promoted=True,
+                        note="restored by rollback")
+    return restored
 
 
 # ---------------------------------------------------------------- export
@@ -259,8 +270,7 @@ def export_merged(ckpt: Checkpoint | str | Path, out_dir: str | Path, *, dtype: 
     spec = base.get("path") or base.get("id")
     if not spec:
         raise ApplianceError(f"{ckpt.path} has no base model in its manifest; cannot export it.")
-    model, tokenizer = load_model(spec, adapter=ckpt.path, dtype=dtype, for_training=False)
-    merged = model.merge_and_unload()
+    merged, tokenizer = load_model(spec, adapter=ckpt.path, dtype=dtype, for_training=False)  # merged on load
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     merged.save_pretrained(str(out), safe_serialization=True)

@@ -89,7 +89,7 @@ def _add_audit(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--eval", dest="eval_id", default=None, help="eval id (default: the latest eval)")
     p.add_argument("-n", type=int, default=64, help="sample size")
     p.add_argument("--labels", default=None,
-                   help="non-interactive: JSONL of {key, label: agree|disagree, note} to record")
+                   help="non-interactive: JSONL of {task_id, sample_index, label: agree|disagree, note} to record")
     p.add_argument("--export", default=None, help="write disagreements as JSONL to this file")
     p.add_argument("--seed", type=int, default=0)
     _common(p)

@@ -108,7 +108,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
                             limit=args.limit, temperature=args.temperature, max_new_tokens=args.max_new_tokens,
                             batch_size=args.batch_size, backend=args.backend, seed=args.seed,
                             tasks_root=args.tasks_root)
-    result = run_eval(settings, workspace=ws, sink=_event_sink(args))
+    result = run_eval(settings, workspace=ws, sink=_event_sink(args), allow_interrupt=True)
     if not args.events:
         report.print_eval(result)
     return 0

@@ -154,7 +154,9 @@ def part_vllm(work: Path) -> None:
         elapsed = time.perf_counter() - t0
         tokens = sum(len(c.token_ids) for o in outputs for c in o.outputs)
         _print(f"vllm_{label}_tokens_per_s", round(tokens / elapsed, 1))
-    _print("vllm_peak_vram_gib", round(torch.cuda.max_memory_allocated() / 2**30, 3))
+    # vLLM's engine core is another process: read the device's memory, not this process's allocator.
+    free, total = torch.cuda.mem_get_info()
+    _print("vllm_vram_in_use_gib", round((total - free) / 2**30, 3))
 
 
 PARTS = {"bnb": part_bnb, "unsloth": part_unsloth, "vllm": part_vllm}

@@ -338,4 +338,7 @@ def _attach_adapter(model: Any, adapter: Path, trainable: bool) -> Any:
 
     if not (adapter / "adapter_config.json").is_file():
         raise ApplianceError(f"{adapter} is not a PEFT adapter folder (no adapter_config.json); pick a saved checkpoint.")
-    return PeftModel.from_pretrained(model, str(adapter), is_trainable=trainable)
+    peft_model = PeftModel.from_pretrained(model, str(adapter), is_trainable=trainable)
+    # For inference, fold the LoRA into the weights: what ships is a merged model (export --merged), and
+    # an unmerged adapter adds per-layer work that would bias latency comparisons against the candidate.
+    return peft_model if trainable else peft_model.merge_and_unload()

@@ -11,6 +11,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from appliance.errors import ApplianceError
 from appliance.events import EventSink, Log, RunFinished, RunStarted, null_sink
 
 
@@ -92,7 +93,7 @@ def _train(s: PipelineSettings, action: str, workspace: Any, sink: EventSink,
         sft = run_sft(TrainConfig(stage="sft", steps=s.sft_steps, eval_every=s.sft_steps, **common),
                       sink=sink, on_eval=on_eval, workspace=workspace)
         _timed(result, "sft", t0)
-        adapter = str(sft.final_adapter)
+        adapter = _final_adapter(sft)
         result.lines.append(f"SFT {sft.run_id}: {s.sft_steps} steps → {adapter} ({result.stages_s['sft']:.0f}s)"
                             + _heldout_line(sft))
     t0 = time.perf_counter()
@@ -101,7 +102,13 @@ def _train(s: PipelineSettings, action: str, workspace: Any, sink: EventSink,
     _timed(result, "grpo", t0)
     result.lines.append(f"GRPO {grpo.run_id}: {s.grpo_steps} steps → {grpo.final_adapter} "
                         f"({result.stages_s['grpo']:.0f}s)" + _heldout_line(grpo))
-    return str(grpo.final_adapter), _heldout(grpo).get("eval_id")
+    return _final_adapter(grpo), _heldout(grpo).get("eval_id")
+
+
+def _final_adapter(train_result: Any) -> str:
+    if not train_result.final_adapter:
+        raise ApplianceError(f"run {train_result.run_id} saved no adapter; check `appliance checkpoints list`.")
+    return str(train_result.final_adapter)
 
 
 def _heldout(train_result: Any) -> dict[str, Any]:

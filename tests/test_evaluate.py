@@ -146,8 +146,22 @@ def test_ctrl_c_keeps_the_finished_batches(tokenizer, ws):
                 raise KeyboardInterrupt
             return super().generate(prompts, **kwargs)
 
-    report = run_eval(EvalSettings(pack="workplace-single", limit=24, batch_size=8), workspace=ws,
-                      generator=InterruptedGenerator(tokenizer, right))
+    settings = EvalSettings(pack="workplace-single", limit=24, batch_size=8)
+    with pytest.raises(KeyboardInterrupt):  # a caller that did not opt in (a gate) must not see half an eval
+        run_eval(settings, workspace=ws, generator=InterruptedGenerator(tokenizer, right))
+    calls["n"] = 0
+    report = run_eval(settings, workspace=ws, generator=InterruptedGenerator(tokenizer, right), allow_interrupt=True)
     assert report.interrupted and report.metrics["n_samples"] == 8
     _, rows = ws.query("SELECT status, n_samples FROM evals WHERE id = ?", [report.eval_id])
     assert rows == [("interrupted", 8)]
+
+
+def test_an_engine_crash_marks_the_eval_failed(tokenizer, ws):
+    def crash(prompt, index):
+        raise RuntimeError("CUDA error: device-side assert")
+
+    with pytest.raises(RuntimeError):
+        run_eval(EvalSettings(pack="workplace-single", limit=4), workspace=ws,
+                 generator=ScriptedGenerator(tokenizer, crash))
+    _, rows = ws.query("SELECT status, metrics->>'$.error' FROM evals")
+    assert rows[0][0] == "failed" and "device-side assert" in rows[0][1]

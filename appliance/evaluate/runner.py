@@ -34,6 +34,7 @@ class EvalSettings:
     backend: str = field(default="auto", metadata={"help": "auto | hf | vllm"})
     seed: int = field(default=0, metadata={"help": "sampling seed"})
     tasks_root: str = field(default="tasks", metadata={"help": "folder holding task packs"})
+    run_id: str | None = field(default=None, metadata={"help": "training run this eval belongs to, if any"})
 
     @property
     def effective_temperature(self) -> float:
@@ -72,10 +73,11 @@ class _Session:
         return render_prompt(self.generator.tokenizer, self.pack.system_prompt, list(messages),
                              self.pack.tools_for(task))
 
-    def _generate(self, prompts: list[str], n: int) -> list[list[Any]]:
+    def _generate(self, prompts: list[str], n: int, seed: int | None | str = "settings") -> list[list[Any]]:
         s = self.settings
         return self.generator.generate(prompts, n=n, temperature=s.effective_temperature, top_p=s.top_p,
-                                       max_new_tokens=s.max_new_tokens, stop=None, seed=s.seed)
+                                       max_new_tokens=s.max_new_tokens, stop=None,
+                                       seed=s.seed if seed == "settings" else seed)
 
     def keep(self, scored: list[ScoredSample], prompts: dict[str, str]) -> None:
         self.samples.extend(scored)
@@ -116,7 +118,10 @@ class _Session:
 
             def generate_turn(active: list[Trajectory]) -> list[Any]:
                 prompts = [self.prompt(tr.task, tr.messages) for tr in active]
-                return [samples[0] for samples in self._generate(prompts, 1)]
+                # The k copies of a task are separate requests here; one shared seed would make vLLM
+                # (which seeds per request) sample them identically, so k > 1 samples unseeded.
+                seed = self.settings.seed if self.settings.k == 1 else None
+                return [samples[0] for samples in self._generate(prompts, 1, seed=seed)]
 
             run_trajectories(trajectories, max_turns=self.pack.max_turns, generate_turn=generate_turn)
             self.keep([self._score_trajectory(tr) for tr in trajectories], first_prompts)
@@ -136,8 +141,12 @@ class _Session:
 
 def run_eval(settings: EvalSettings, *, workspace: Any = None, sink: EventSink = null_sink,
              generator: Any = None, backend_reason: str = "",
-             thresholds: DecisionThresholds = DecisionThresholds()) -> EvalReport:
-    """Evaluate, store and summarise. `generator` may be injected (tests, a live training engine)."""
+             thresholds: DecisionThresholds = DecisionThresholds(), allow_interrupt: bool = False) -> EvalReport:
+    """Evaluate, store and summarise. `generator` may be injected (tests, a live training engine).
+
+    Ctrl-C stores what finished; with `allow_interrupt` the partial report is returned (marked
+    interrupted), otherwise the interrupt goes on to the caller, so a gate never decides on half an eval.
+    """
     from appliance.packs import load_pack
 
     pack = load_pack(settings.pack, root=settings.tasks_root)
@@ -148,7 +157,8 @@ def run_eval(settings: EvalSettings, *, workspace: Any = None, sink: EventSink =
     sink(RunStarted(run_id=eval_id, kind="eval", config={**asdict(settings), "backend_reason": backend_reason}))
     from appliance.evaluate.storage import EvalWriter
 
-    writer = EvalWriter(workspace, settings, pack) if workspace is not None else None
+    writer = EvalWriter(workspace, settings, pack, backend=getattr(generator, "name", settings.backend),
+                        run_id=settings.run_id) if workspace is not None else None
     session = _Session(settings, pack, generator, make_scorer(pack), sink, eval_id,
                        writer.write_samples if writer else None)
     started = time.perf_counter()
@@ -158,6 +168,10 @@ def run_eval(settings: EvalSettings, *, workspace: Any = None, sink: EventSink =
         session.run_multi_step([t for t in tasks if t.kind == "multi_step"])
     except KeyboardInterrupt:
         interrupted = True
+    except Exception as err:
+        if writer is not None:
+            writer.write_failed(eval_id, f"{type(err).__name__}: {err}")
+        raise
     wall = time.perf_counter() - started
     done_ids = {s.task_id for s in session.samples}
     metrics = summarize(session.samples, [t for t in tasks if t.id in done_ids], settings.k, wall)
@@ -167,6 +181,8 @@ def run_eval(settings: EvalSettings, *, workspace: Any = None, sink: EventSink =
     if writer is not None:
         writer.write_eval(eval_id, metrics, rec, backend_reason, interrupted)
     sink(EvalFinished(run_id=eval_id, eval_id=eval_id, metrics=metrics, recommendation=str(rec)))
+    if interrupted and not allow_interrupt:
+        raise KeyboardInterrupt
     return EvalReport(eval_id, settings, metrics, rec, session.samples, backend_reason, interrupted)
 
 

@@ -11,20 +11,27 @@ from appliance.evaluate.metrics import ScoredSample
 class EvalWriter:
     """Appends one eval's rows; every batch is durable (and queryable) when the call returns."""
 
-    def __init__(self, workspace: Any, settings: Any, pack: Any) -> None:
+    def __init__(self, workspace: Any, settings: Any, pack: Any, *, backend: str = "", run_id: str | None = None) -> None:
         self.ws, self.settings, self.pack = workspace, settings, pack
+        self.backend, self.run_id = backend or settings.backend, run_id
         self.started_at = time.time()
         self._opened: set[str] = set()
 
-    def _open(self, eval_id: str, backend: str = "") -> None:
+    def _open(self, eval_id: str) -> None:
         if eval_id in self._opened:
             return
         self._opened.add(eval_id)
         s = self.settings
         self.ws.append("evals", [{
-            "id": eval_id, "model": s.model, "adapter": s.adapter, "pack": self.pack.name, "split": s.split,
-            "k": s.k, "backend": backend or s.backend, "status": "running", "started_at": self.started_at,
+            "id": eval_id, "run_id": self.run_id, "model": s.model, "adapter": s.adapter, "pack": self.pack.name,
+            "split": s.split, "k": s.k, "backend": self.backend, "status": "running",
+            "started_at": self.started_at,
         }])
+
+    def write_failed(self, eval_id: str, error: str) -> None:
+        self._open(eval_id)
+        self.ws.append("evals", [{"id": eval_id, "status": "failed", "metrics": {"error": error},
+                                  "finished_at": time.time()}])
 
     def write_samples(self, eval_id: str, samples: Sequence[ScoredSample], prompts: dict[str, str]) -> None:
         self._open(eval_id)
