@@ -100,9 +100,10 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     tsub = train.add_subparsers(dest="stage", required=True, metavar="{sft,grpo}")
     for stage in ("sft", "grpo"):
         p = tsub.add_parser(stage, help=f"{stage.upper()} with LoRA on the pack's train split")
-        p.add_argument("--model", default=DEFAULT_MODEL)
-        p.add_argument("--pack", default=DEFAULT_PACK)
-        p.add_argument("--backend", choices=["auto", "cpu", "unsloth"], default="auto")
+        # None: keep the value from --config / the resumed run / TrainConfig's default.
+        p.add_argument("--model", default=None, help=f"base model (default {DEFAULT_MODEL})")
+        p.add_argument("--pack", default=None, help=f"task pack (default {DEFAULT_PACK})")
+        p.add_argument("--backend", choices=["auto", "cpu", "unsloth"], default=None)
         p.add_argument("--config", default=None, help="JSON run config to start from (flags override it)")
         p.add_argument("--steps", type=int, default=None)
         p.add_argument("--lr", type=float, default=None, help="learning rate")
@@ -110,6 +111,9 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
         p.add_argument("--eval-every", type=int, default=None)
         p.add_argument("--init-adapter", default=None, help="start from this adapter (e.g. the SFT checkpoint)")
         p.add_argument("--resume", default=None, metavar="RUN", help="continue a killed run from its last checkpoint")
+        p.add_argument("--checkpoints", default=None, help="adapter registry folder (default checkpoints/)")
+        p.add_argument("--eval-limit", type=int, default=32,
+                       help="held-out tasks per checkpoint eval (0 = the whole split)")
         p.add_argument("--seed", type=int, default=None)
         if stage == "grpo":
             p.add_argument("--preset", choices=["grpo", "dr_grpo", "dapo", "gspo"], default=None)
@@ -138,8 +142,8 @@ def _add_checkpoints(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("promote", help="promote a checkpoint if it beats the baseline without regressions")
     p.add_argument("checkpoint")
     p.add_argument("--root", default="checkpoints")
-    p.add_argument("--model", default=DEFAULT_MODEL)
-    p.add_argument("--pack", default=DEFAULT_PACK)
+    p.add_argument("--model", default=None, help="base model (default: the one in the checkpoint's manifest)")
+    p.add_argument("--pack", default=None, help="task pack (default: the one the checkpoint was trained on)")
     _common(p, events=True)
     p = sub.add_parser("rollback", help="return to the previously promoted adapter")
     p.add_argument("--root", default="checkpoints")

@@ -4,15 +4,25 @@ baseline eval on held-out tasks → recommendation → SFT if the format is rare
 right → GRPO with the pack's verifiable reward → promotion gate (held-out eval of
 candidate vs baseline, safety, latency, BFCL) → a short report. Every stage
 stores its rows, so the report is also one SQL query away.
+
+Each model-holding stage runs as its own `appliance …` child process that
+streams typed events (STYLE rule 4): on a GPU the baseline's vLLM engine, the
+SFT model and GRPO's colocated engine never share one process's memory, a CUDA
+crash ends one stage with a clear error, and the memory is freed between stages.
 """
 from __future__ import annotations
 
+import subprocess
+import sys
+import threading
 import time
+from collections import deque
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from appliance.errors import ApplianceError
-from appliance.events import EventSink, Log, RunFinished, RunStarted, null_sink
+from appliance.events import (Event, EventSink, EvalFinished, Log, RunFailed, RunFinished, RunStarted, null_sink,
+                              parse_event)
 
 
 @dataclass
@@ -37,35 +47,75 @@ class PipelineSettings:
 @dataclass
 class PipelineResult:
     lines: list[str]
-    baseline: Any = None
+    baseline: EvalFinished | None = None
     promoted: bool = False
     candidate: str | None = None
     stages_s: dict[str, float] = field(default_factory=dict)
+
+
+def run_stage(args: list[str], sink: EventSink) -> list[Event]:
+    """Run `appliance ARGS --events` in a child process, forward its events, and return them.
+
+    Ctrl-C reaches the child too (same process group): it stores what finished and exits, and the
+    interrupt goes on from here. A failed child becomes one ApplianceError with its own words.
+    """
+    proc = subprocess.Popen([sys.executable, "-m", "appliance", *args, "--events"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, bufsize=1)
+    stderr_tail: deque[str] = deque(maxlen=20)
+    reader = threading.Thread(target=lambda: stderr_tail.extend(proc.stderr), daemon=True)
+    reader.start()
+    events: list[Event] = []
+    try:
+        for line in proc.stdout:
+            event = parse_event(line)
+            if event is not None:
+                events.append(event)
+                sink(event)
+        code = proc.wait()
+    except KeyboardInterrupt:
+        proc.wait()
+        raise
+    reader.join(timeout=5)
+    if code != 0:
+        failed = next((e.error for e in reversed(events) if isinstance(e, RunFailed)), "")
+        said = failed or next((ln.strip() for ln in reversed(stderr_tail) if ln.strip()), f"exit code {code}")
+        raise ApplianceError(f"`appliance {args[0]}` failed: {said}")
+    return events
+
+
+def _last(events: list[Event], kind: type) -> Any:
+    found = [e for e in events if isinstance(e, kind)]
+    if not found:
+        raise ApplianceError(f"a pipeline stage finished without a {kind.type} event; see its log above.")
+    return found[-1]
 
 
 def _timed(result: PipelineResult, stage: str, started: float) -> None:
     result.stages_s[stage] = time.perf_counter() - started
 
 
-def run_pipeline(s: PipelineSettings, *, workspace: Any, sink: EventSink = null_sink) -> PipelineResult:
-    from appliance.evaluate import EvalSettings, run_eval
+def _common_args(s: PipelineSettings, workspace: Any) -> list[str]:
+    return ["--workspace", str(workspace.root), "--tasks-root", s.tasks_root]
 
+
+def run_pipeline(s: PipelineSettings, *, workspace: Any, sink: EventSink = null_sink) -> PipelineResult:
     run_id = workspace.new_id("pipeline")
     sink(RunStarted(run_id=run_id, kind="pipeline", config=asdict(s)))
     result = PipelineResult(lines=[])
     t0 = time.perf_counter()
-    baseline = run_eval(EvalSettings(model=s.model, pack=s.pack, split="val", k=s.baseline_k, limit=s.eval_limit,
-                                     tasks_root=s.tasks_root), workspace=workspace, sink=sink)
+    limit = ["--limit", str(s.eval_limit)] if s.eval_limit else []
+    baseline = _last(run_stage(["eval", "--model", s.model, "--pack", s.pack, "--split", "val", "-k",
+                                str(s.baseline_k), *limit, *_common_args(s, workspace)], sink), EvalFinished)
     _timed(result, "baseline", t0)
     result.baseline = baseline
-    m = baseline.metrics
+    m, k = baseline.metrics, s.baseline_k
     result.lines += [
         f"baseline {baseline.eval_id}: valid JSON {m['valid_json_rate']:.1%}, correct tool {m['correct_tool_rate']:.1%}, "
-        f"execution success {m['execution_success_rate']:.1%}, pass@{s.baseline_k} {m[f'pass@{s.baseline_k}']:.1%} "
+        f"execution success {m['execution_success_rate']:.1%}, pass@{k} {m[f'pass@{k}']:.1%} "
         f"on {m['n_tasks']} held-out tasks ({result.stages_s['baseline']:.0f}s)",
         f"recommendation: {baseline.recommendation}",
     ]
-    action = baseline.recommendation.action
+    action = baseline.recommendation.split(":", 1)[0]
     if s.baseline_only or action == "promote":
         sink(RunFinished(run_id=run_id, summary={"lines": result.lines}))
         return result
@@ -78,55 +128,53 @@ def run_pipeline(s: PipelineSettings, *, workspace: Any, sink: EventSink = null_
     return result
 
 
+def _train_stage(stage: str, s: PipelineSettings, workspace: Any, sink: EventSink, extra: list[str]) -> str:
+    """One training child process; returns its final adapter folder."""
+    steps = s.sft_steps if stage == "sft" else s.grpo_steps
+    args = ["train", stage, "--model", s.model, "--pack", s.pack, "--steps", str(steps), "--eval-every", str(steps),
+            "--checkpoints", s.checkpoints_root, "--eval-limit", str(s.eval_limit or 0), *extra,
+            *_common_args(s, workspace)]
+    finished = _last(run_stage(args, sink), RunFinished)
+    adapter = finished.summary.get("final_adapter")
+    if not adapter:
+        raise ApplianceError(f"run {finished.run_id} saved no adapter; check `appliance checkpoints list`.")
+    return str(adapter)
+
+
 def _train(s: PipelineSettings, action: str, workspace: Any, sink: EventSink,
            result: PipelineResult) -> tuple[str, str | None]:
     """SFT when recommended, then GRPO; returns the final adapter and its held-out eval id."""
-    from appliance.evaluate.heldout import make_heldout_eval
-    from appliance.train import TrainConfig, run_grpo, run_sft
-
-    on_eval = make_heldout_eval(model=s.model, pack=s.pack, workspace=workspace, limit=s.eval_limit,
-                                tasks_root=s.tasks_root, sink=sink)
-    common = {"model": s.model, "pack": s.pack, "output": s.checkpoints_root, "workspace": str(workspace.root)}
-    adapter = None
+    init: list[str] = []
     if action in ("sft", "out_of_reach"):
         t0 = time.perf_counter()
-        sft = run_sft(TrainConfig(stage="sft", steps=s.sft_steps, eval_every=s.sft_steps, **common),
-                      sink=sink, on_eval=on_eval, workspace=workspace)
+        sft_adapter = _train_stage("sft", s, workspace, sink, [])
         _timed(result, "sft", t0)
-        adapter = _final_adapter(sft)
-        result.lines.append(f"SFT {sft.run_id}: {s.sft_steps} steps → {adapter} ({result.stages_s['sft']:.0f}s)"
-                            + _heldout_line(sft))
+        result.lines.append(f"SFT: {s.sft_steps} steps → {sft_adapter} ({result.stages_s['sft']:.0f}s)"
+                            + _heldout_line(sft_adapter))
+        init = ["--init-adapter", sft_adapter]
     t0 = time.perf_counter()
-    grpo = run_grpo(TrainConfig(stage="grpo", steps=s.grpo_steps, init_adapter=adapter, eval_every=s.grpo_steps,
-                                **common), sink=sink, on_eval=on_eval, workspace=workspace)
+    grpo_adapter = _train_stage("grpo", s, workspace, sink, init)
     _timed(result, "grpo", t0)
-    result.lines.append(f"GRPO {grpo.run_id}: {s.grpo_steps} steps → {grpo.final_adapter} "
-                        f"({result.stages_s['grpo']:.0f}s)" + _heldout_line(grpo))
-    return _final_adapter(grpo), _heldout(grpo).get("eval_id")
+    result.lines.append(f"GRPO: {s.grpo_steps} steps → {grpo_adapter} ({result.stages_s['grpo']:.0f}s)"
+                        + _heldout_line(grpo_adapter))
+    return grpo_adapter, _heldout(grpo_adapter).get("eval_id")
 
 
-def _final_adapter(train_result: Any) -> str:
-    if not train_result.final_adapter:
-        raise ApplianceError(f"run {train_result.run_id} saved no adapter; check `appliance checkpoints list`.")
-    return str(train_result.final_adapter)
-
-
-def _heldout(train_result: Any) -> dict[str, Any]:
-    """The held-out eval recorded in the run's last checkpoint manifest ({} if none)."""
+def _heldout(adapter: str) -> dict[str, Any]:
+    """The held-out eval recorded in a checkpoint's manifest ({} if none)."""
     from appliance.checkpoints import load_manifest
 
-    if not train_result.checkpoints:
-        return {}
-    return load_manifest(train_result.checkpoints[-1]).get("metrics", {}).get("heldout") or {}
+    return load_manifest(adapter).get("metrics", {}).get("heldout") or {}
 
 
-def _heldout_line(train_result: Any) -> str:
-    success = _heldout(train_result).get("heldout_success")
+def _heldout_line(adapter: str) -> str:
+    success = _heldout(adapter).get("heldout_success")
     return f"; held-out success {success:.1%}" if isinstance(success, (int, float)) else ""
 
 
 def _promote(s: PipelineSettings, adapter: str, workspace: Any, sink: EventSink, result: PipelineResult,
              reuse: dict[str, str]) -> None:
+    """The gate runs here: it only reads stored evals and runs the small BFCL gate evals."""
     from appliance.promotion import GateSettings, promote
 
     t0 = time.perf_counter()

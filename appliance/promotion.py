@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from appliance.errors import ApplianceError
 from appliance.evaluate.compare import SuccessDelta, paired_bootstrap
 from appliance.events import EventSink, Log, null_sink
 
@@ -132,7 +133,8 @@ def collect_evidence(candidate: str, baseline: str | None, *, model: str, pack: 
     return GateEvidence(base.metrics, cand.metrics, success, base_g.metrics, cand_g.metrics, general)
 
 
-def promote(checkpoint: str, *, root: str = "checkpoints", model: str, pack: str, tasks_root: str = "tasks",
+def promote(checkpoint: str, *, root: str = "checkpoints", model: str | None = None, pack: str | None = None,
+            tasks_root: str = "tasks",
             workspace: Any, sink: EventSink = null_sink, settings: GateSettings = GateSettings(),
             reuse: dict[str, str] | None = None) -> PromotionDecision:
     """Evaluate the candidate against the current promoted version and promote only if the gate passes.
@@ -143,6 +145,12 @@ def promote(checkpoint: str, *, root: str = "checkpoints", model: str, pack: str
     from appliance import checkpoints
 
     candidate = str(checkpoints.resolve_checkpoint(checkpoint, root))
+    manifest = checkpoints.load_manifest(candidate)
+    # Gate the adapter on the base model and pack it was trained for, unless told otherwise.
+    model = model or (manifest.get("base_model") or {}).get("path") or (manifest.get("base_model") or {}).get("id")
+    pack = pack or (manifest.get("pack") or {}).get("name")
+    if not model or not pack:
+        raise ApplianceError(f"{candidate}'s manifest names no base model or pack; pass --model and --pack.")
     promoted = checkpoints.current_promoted(root)
     baseline = promoted["path"] if promoted else None
     if baseline is not None and reuse and "baseline" in reuse:

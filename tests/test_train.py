@@ -86,7 +86,7 @@ def test_sft_step_changes_lora_and_saves_checkpoint(config, tmp_path):
     seen = []
     evals = []
     result = run_sft(config, sink=seen.append,
-                     on_eval=lambda path, step: evals.append((path, step)) or {"success_rate": 0.25})
+                     on_eval=lambda path, step, **context: evals.append((path, step)) or {"success_rate": 0.25})
     before = lora_tensors(initial_adapter(dataclasses.replace(config, stage="sft"), tmp_path))
     after = lora_tensors(result.final_adapter)
     assert changed(before, after)

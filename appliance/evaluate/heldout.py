@@ -20,10 +20,17 @@ def make_heldout_eval(*, model: str, pack: str, workspace: Any, split: str = "va
                       max_new_tokens: int = 96) -> Callable[[str, int], dict[str, Any]]:
     from appliance.evaluate.runner import EvalSettings, run_eval
 
-    def on_eval(adapter_dir: str, step: int) -> dict[str, Any]:
+    def on_eval(adapter_dir: str, step: int, engine: Any = None, tokenizer: Any = None,
+                run_id: str | None = None) -> dict[str, Any]:
+        """`engine`: the trainer's colocated vLLM (Unsloth) — reused with the adapter, never a second engine."""
         settings = EvalSettings(model=model, adapter=str(adapter_dir), pack=pack, split=split, k=k, limit=limit,
-                                tasks_root=tasks_root, max_new_tokens=max_new_tokens)
-        report = run_eval(settings, workspace=workspace, sink=sink)
+                                tasks_root=tasks_root, max_new_tokens=max_new_tokens, run_id=run_id)
+        generator, reason = None, ""
+        if engine is not None:
+            from appliance.generate import make_generator
+
+            generator, reason = make_generator("auto", engine=engine, adapter=adapter_dir, tokenizer=tokenizer)
+        report = run_eval(settings, workspace=workspace, sink=sink, generator=generator, backend_reason=reason)
         metrics = {key: report.metrics.get(key) for key in HELDOUT_KEYS}
         metrics["heldout_success"] = report.metrics["execution_success_rate"]
         metrics["eval_id"] = report.eval_id

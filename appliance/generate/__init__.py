@@ -24,6 +24,7 @@ def make_generator(
     dtype: str = "float32",
     batch_size: int = 16,
     engine: Any = None,
+    tokenizer: Any = None,
 ) -> tuple[Generator, str]:
     """Build a generator for `model` (a spec or ModelRef) and return it with the reason for the backend.
 
@@ -35,7 +36,7 @@ def make_generator(
         from appliance.generate.vllm import VLLMGenerator
 
         if engine is not None:
-            return VLLMGenerator(engine, adapter=adapter), reason
+            return VLLMGenerator(engine, adapter=adapter, tokenizer=tokenizer), reason
         from appliance.models import local_model_dir, resolve_model
 
         return VLLMGenerator.load(local_model_dir(resolve_model(model)), adapter=adapter), reason

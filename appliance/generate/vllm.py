@@ -21,10 +21,22 @@ class VLLMGenerator(Generator):
 
     name = "vllm"
 
-    def __init__(self, engine: Any, *, adapter: str | Path | None = None) -> None:
+    def __init__(self, engine: Any, *, adapter: str | Path | None = None, tokenizer: Any = None) -> None:
         self.engine = engine
         self.adapter = Path(adapter) if adapter is not None else None
         self._adapter_ids: dict[str, int] = {}
+        self._tokenizer = tokenizer
+
+    @property
+    def tokenizer(self) -> Any:
+        """The tokenizer prompts are rendered with (its chat template): given, or the engine's own.
+
+        An Unsloth model keeps its vLLM engine as `vllm_engine`; a `vllm.LLM` has `get_tokenizer()`.
+        """
+        if self._tokenizer is None:
+            llm = getattr(self.engine, "vllm_engine", self.engine)
+            self._tokenizer = llm.get_tokenizer()
+        return self._tokenizer
 
     @classmethod
     def load(

@@ -27,23 +27,26 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         base["learning_rate"] = args.lr
     if args.resume:
         base["resume_from"] = args.resume
+    if args.checkpoints:
+        base["output"] = args.checkpoints
     return TrainConfig.from_dict(base)
 
 
 def train_from_args(args: argparse.Namespace, *, sink: EventSink, workspace: Any) -> TrainResult:
     from appliance.evaluate.heldout import make_heldout_eval
+    from appliance.packs import load_pack
     from appliance.train import run_grpo, run_sft
+    from appliance.train.common import resumed_config
 
     config = config_from_args(args)
-    on_eval = make_heldout_eval(model=config.model, pack=config.pack, workspace=workspace,
-                                tasks_root=args.tasks_root, sink=sink)
+    effective = resumed_config(config)  # a resumed run trains and evaluates its own model and pack
+    pack = load_pack(effective.pack, root=args.tasks_root)
+    on_eval = make_heldout_eval(model=effective.model, pack=effective.pack, workspace=workspace,
+                                tasks_root=args.tasks_root, sink=sink, limit=args.eval_limit or None)
     runner = run_sft if config.stage == "sft" else run_grpo
-    kwargs: dict[str, Any] = {"sink": sink, "on_eval": on_eval, "workspace": workspace}
+    kwargs: dict[str, Any] = {"sink": sink, "on_eval": on_eval, "workspace": workspace, "pack": pack}
     if config.stage == "grpo" and getattr(args, "reward", None):
-        from appliance.packs import load_pack
         from appliance.rewards import make_reward_funcs, reward_weights
 
-        pack = load_pack(config.pack, root=args.tasks_root)
-        kwargs.update(pack=pack, reward_funcs=make_reward_funcs(pack, args.reward),
-                      reward_weights=reward_weights(args.reward))
+        kwargs.update(reward_funcs=make_reward_funcs(pack, args.reward), reward_weights=reward_weights(args.reward))
     return runner(config, **kwargs)

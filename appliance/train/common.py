@@ -83,8 +83,16 @@ class RunContext:
                 return str(self.config.init_adapter)
         return None
 
+    def _eval_context(self, model: Any) -> dict[str, Any]:
+        """on_eval's keyword arguments: this run's id, and the colocated vLLM engine (Unsloth's
+        `fast_generate`) when there is one, so a held-out eval never starts a second engine."""
+        context: dict[str, Any] = {"run_id": self.run_id}
+        if hasattr(model, "fast_generate"):
+            context["engine"] = model
+        return context
+
     def save_checkpoint(self, model: Any, step: int, train_metrics: dict[str, float],
-                        on_eval: Callable[[str, int], dict] | None) -> registry.Checkpoint:
+                        on_eval: Callable[..., dict] | None) -> registry.Checkpoint:
         manifest = {
             "run_id": self.run_id, "step": step, "stage": self.config.stage, "base_model": self.base_model,
             "pack": {"name": self.pack.name, "data_hash": self.pack.data_hash()},
@@ -95,7 +103,7 @@ class RunContext:
             self.backend.save_adapter(model, tmp)
             ckpt = registry.save_checkpoint(self.config.output, tmp, manifest)
         if on_eval is not None:
-            heldout = dict(on_eval(str(ckpt.path), step) or {})
+            heldout = dict(on_eval(str(ckpt.path), step, **self._eval_context(model)) or {})
             manifest["metrics"]["heldout"] = heldout
             ckpt = registry.Checkpoint(ckpt.path, manifest)
             registry._atomic_write_json(ckpt.path / registry.MANIFEST, manifest)
@@ -175,15 +183,21 @@ def _describe_base_model(spec: str) -> dict[str, Any]:
     return info
 
 
+def resumed_config(config: TrainConfig) -> TrainConfig:
+    """For --resume: the saved config wins (same run), except that a larger --steps extends the run."""
+    if not config.resume_from:
+        return config
+    saved = TrainConfig.load(find_run_dir(config) / CONFIG_FILE)
+    return dataclasses.replace(saved, resume_from=config.resume_from, steps=max(saved.steps, config.steps))
+
+
 def start_run(config: TrainConfig, stage: str, sink: EventSink, pack: Any = None,
               workspace: Any = None) -> RunContext:
     """Create (or reopen, for --resume) the run: folder, config, store rows, backend, pack."""
     resume_checkpoint, resume_step = None, 0
     if config.resume_from:
         run_dir = find_run_dir(config)
-        saved = TrainConfig.load(run_dir / CONFIG_FILE)
-        # The saved config wins (same run), except that a larger --steps extends the run.
-        config = dataclasses.replace(saved, resume_from=config.resume_from, steps=max(saved.steps, config.steps))
+        config = resumed_config(config)
         resume_checkpoint, resume_step = last_trainer_checkpoint(run_dir / TRAINER_DIR)
         run_id = run_dir.name
     else:

@@ -66,7 +66,7 @@ def make_verify(pack: Any) -> Callable[[str, str], Any]:
 
 
 def run_grpo(config: TrainConfig, *, sink: EventSink = null_sink,
-             on_eval: Callable[[str, int], dict] | None = None, pack: Any = None, workspace: Any = None,
+             on_eval: Callable[..., dict] | None = None, pack: Any = None, workspace: Any = None,
              reward_funcs: list[Callable] | None = None, reward_weights: list[float] | None = None,
              verify: Callable[[str, str], Any] | None = None) -> TrainResult:
     """Train a LoRA with GRPO on `config.pack`'s train split (from init_adapter if given).

@@ -37,7 +37,7 @@ def sft_args(config: TrainConfig, run: Any, n_examples: int) -> dict[str, Any]:
 
 
 def run_sft(config: TrainConfig, *, sink: EventSink = null_sink,
-            on_eval: Callable[[str, int], dict] | None = None, pack: Any = None, workspace: Any = None) -> TrainResult:
+            on_eval: Callable[..., dict] | None = None, pack: Any = None, workspace: Any = None) -> TrainResult:
     """Train a LoRA with SFT on `config.pack`'s train split; checkpoints every eval_every steps and at the end."""
     from datasets import Dataset
 
