@@ -84,6 +84,8 @@ class TrainConfig:
         "Unsloth/vLLM only: the largest LoRA rank vLLM preallocates for; must be >= lora_r."))
     standby: bool = field(default=True, metadata=_help(
         "Unsloth only: UNSLOTH_VLLM_STANDBY=1, letting vLLM and training share memory by sleeping the engine."))
+    precision: str = field(default="auto", metadata=_help(
+        "cpu backend: auto (bf16 mixed precision where the hardware supports it natively, else fp32), fp32 or bf16."))
     epochs: float | None = field(default=None, metadata=_help(
         "SFT only: train this many passes over the train split instead of `steps` (None = use steps)."))
 
@@ -106,6 +108,8 @@ class TrainConfig:
             raise ApplianceError("GRPO needs num_generations >= 2: advantages compare completions within a group.")
         if self.lora_r > self.max_lora_rank:
             raise ApplianceError(f"lora_r ({self.lora_r}) exceeds max_lora_rank ({self.max_lora_rank}); raise max_lora_rank.")
+        if self.precision not in ("auto", "fp32", "bf16"):
+            raise ApplianceError(f"Unknown precision {self.precision!r}; choose auto, fp32 or bf16.")
         if self.eval_every < 1:
             raise ApplianceError("eval_every must be at least 1.")
 
