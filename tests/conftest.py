@@ -25,3 +25,9 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
     return directory
+
+
+def shared_dir() -> Path:
+    """The project's read-only shared/ folder: beside the clone (CI), else the workplace's copy."""
+    beside = Path(__file__).resolve().parents[2] / "shared"
+    return beside if beside.is_dir() else Path("/work/shared")

@@ -31,10 +31,11 @@ from appliance.bfcl import (
 )
 from appliance.bfcl.importer import build_row
 from appliance.task import ToolCall
+from conftest import shared_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 PACK = ROOT / "tasks" / "bfcl"
-SOURCE = Path("/work/shared/datasets/bfcl")
+SOURCE = shared_dir() / "datasets" / "bfcl"
 CATEGORY_SIZES = {
     "simple_python": 400,
     "multiple": 200,

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import filecmp
+import shutil
 from pathlib import Path
 
 import pytest
@@ -13,10 +14,11 @@ from appliance.packs.leakage import find_collisions, normalise
 from appliance.packs.workbench import classify_kind, import_workbench
 from appliance.packs.worldbridge import replay_errors
 from appliance.task import ToolCall
+from conftest import shared_dir
 
 REPO = Path(__file__).resolve().parents[1]
 TASKS = REPO / "tasks"
-WORKBENCH = REPO.parent / "shared" / "datasets" / "workbench"
+WORKBENCH = shared_dir() / "datasets" / "workbench"
 
 
 @pytest.fixture(scope="module")
@@ -138,6 +140,9 @@ def test_refusals_expect_no_call_and_relative_dates_resolve(single):
 
 
 def test_regenerating_writes_byte_identical_files(tmp_path):
+    if not WORKBENCH.is_dir():  # without the CSVs the build keeps the committed WorkBench split
+        (tmp_path / MULTI_PACK).mkdir()
+        shutil.copy(TASKS / MULTI_PACK / "test.jsonl", tmp_path / MULTI_PACK / "test.jsonl")
     build_workplace_packs(tmp_path, workbench_src=WORKBENCH if WORKBENCH.is_dir() else None, seed=0)
     for pack in (SINGLE_PACK, MULTI_PACK):
         names = sorted(p.name for p in (TASKS / pack).iterdir())

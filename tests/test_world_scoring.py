@@ -9,8 +9,9 @@ import pytest
 
 from appliance.task import ToolCall
 from appliance.world import World, parse_workbench_call, replay
+from conftest import shared_dir
 
-ANSWERS_DIR = Path("/work/shared/datasets/workbench/data/processed/queries_and_answers")
+ANSWERS_DIR = shared_dir() / "datasets/workbench/data/processed/queries_and_answers"
 
 
 def calls(*texts: str) -> list[ToolCall]:
