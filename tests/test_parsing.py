@@ -97,10 +97,16 @@ def test_unicode_arguments_survive():
 # --- no call versus broken call --------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("text", ["I can't do that.", "No action is needed.", "", "   ", "[Note] nothing to do"])
+@pytest.mark.parametrize("text", ["I can't do that.", "No action is needed.", "[Note] nothing to do", "Готово."])
 def test_prose_without_a_call_attempt_is_a_valid_no_call(text):
     result = parse_tool_calls(text)
     assert result.ok and result.calls == () and result.shape == "prose"
+
+
+@pytest.mark.parametrize("text", ["", "   ", "\x00\x01", "🙂🙂🙂", "?!", "\x1b[31m red"])
+def test_empty_or_wordless_output_is_a_format_error_not_a_no_call(text):
+    result = parse_tool_calls(text)
+    assert not result.ok and result.error
 
 
 @pytest.mark.parametrize(
