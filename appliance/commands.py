@@ -210,9 +210,14 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_ui(args: argparse.Namespace) -> int:
+    """The cockpit is its own program (`python -m tui`): the engine never imports the UI, it hands over."""
+    import os
+    import sys
+
+    argv = [sys.executable, "-m", "tui", "--workspace", args.workspace, "--pack", args.pack, "--model", args.model]
     try:
-        from tui.app import main as tui_main
-    except ImportError as err:  # the UI is part of the install; this only trips on a broken one
-        raise ApplianceError(f"the terminal UI could not start ({err}); reinstall with `make setup`.") from err
-    return int(tui_main(workspace=args.workspace, pack=args.pack, model=args.model) or 0)
+        os.execv(sys.executable, argv)
+    except OSError as err:
+        raise ApplianceError(f"the terminal UI could not start ({err.strerror}); reinstall with `make setup`.") from err
+    return 0
 

@@ -191,12 +191,18 @@ def make_app(engine: EngineClient | None = None, workspace: str = "runs", pack: 
 
 def main(argv: Sequence[str] | None = None, *, workspace: str | None = None, pack: str | None = None,
          model: str | None = None) -> int:
-    """Open the cockpit. `appliance ui` calls this with its flags; `python -m tui [WORKSPACE]` too."""
-    import sys
+    """Open the cockpit: `python -m tui [--workspace W] [--pack P] [--model M]` (what `appliance ui` runs)."""
+    import argparse
 
-    args = list(sys.argv[1:] if argv is None and workspace is None else argv or [])
-    workspace = workspace or (args[0] if args else os.environ.get("APPLIANCE_WORKSPACE", "runs"))
-    make_app(workspace=workspace, pack=pack, model=model).run()
+    parser = argparse.ArgumentParser(prog="python -m tui", description="The appliance's terminal cockpit.")
+    parser.add_argument("workspace_pos", nargs="?", default=None, metavar="WORKSPACE")
+    parser.add_argument("--workspace", default=None)
+    parser.add_argument("--pack", default=None)
+    parser.add_argument("--model", default=None)
+    args = parser.parse_args(list(argv) if argv is not None else None)
+    workspace = (workspace or args.workspace or args.workspace_pos
+                 or os.environ.get("APPLIANCE_WORKSPACE", "runs"))
+    make_app(workspace=workspace, pack=pack or args.pack, model=model or args.model).run()
     return 0
 
 
