@@ -233,6 +233,9 @@ def print_promotion(decision: Any) -> None:
 
 
 def print_pipeline(result: Any) -> None:
+    if result.baseline is not None:
+        console.print(metrics_table(result.baseline.metrics, title=f"baseline {result.baseline.eval_id}"))
+        console.print(buckets_table(result.baseline.metrics))
     console.rule("pipeline report")
     for line in result.lines:
         console.print(line)
