@@ -103,14 +103,13 @@ def _measure(model: str, adapter: str | None, pack: str, split: str, s: GateSett
         sink(Log(message=f"gate: reusing stored eval {reuse_eval} for {adapter or 'the base model'}"))
         return _Measured(eval_metrics(workspace, reuse_eval), per_task_success(workspace, reuse_eval))
     from appliance.evaluate import EvalSettings, run_eval
-    from appliance.evaluate.metrics import per_task_success as sample_success
+    from appliance.evaluate.metrics import success_rate_by_task
 
     settings = EvalSettings(model=model, adapter=adapter, pack=pack, split=split, k=1, limit=s.limit,
                             tasks_root=tasks_root)
     sink(Log(message=f"gate eval: {adapter or 'base model'} on {pack}/{split}"))
     report = run_eval(settings, workspace=workspace, sink=sink)
-    per_task = {t: sum(v) / len(v) for t, v in sample_success(report.samples).items()}
-    return _Measured(report.metrics, per_task)
+    return _Measured(report.metrics, success_rate_by_task(report.samples))
 
 
 def collect_evidence(candidate: str, baseline: str | None, *, model: str, pack: str, tasks_root: str,

@@ -18,12 +18,6 @@ import time
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads; see bench_generate.py
 
 
-def _success_by_task(report) -> dict[str, float]:
-    from appliance.evaluate.metrics import per_task_success
-
-    return {t: sum(v) / len(v) for t, v in per_task_success(report.samples).items()}
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m")
@@ -34,6 +28,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from appliance.evaluate import EvalSettings, paired_bootstrap, run_eval
+    from appliance.evaluate.metrics import success_rate_by_task
     from appliance.store import Workspace
     from appliance.train import TrainConfig, run_grpo, run_sft
 
@@ -71,8 +66,8 @@ def main() -> None:
         print(f"{key}_unsafe: {m['unsafe_action_rate']:.4f}")
         print(f"{key}_train_s: {train_s:.1f}")
         print(f"{key}_eval_s: {eval_s:.1f}")
-    overall = paired_bootstrap(_success_by_task(base), _success_by_task(grpo_eval))
-    grpo_gain = paired_bootstrap(_success_by_task(sft_eval), _success_by_task(grpo_eval))
+    overall = paired_bootstrap(success_rate_by_task(base.samples), success_rate_by_task(grpo_eval.samples))
+    grpo_gain = paired_bootstrap(success_rate_by_task(sft_eval.samples), success_rate_by_task(grpo_eval.samples))
     print(f"sft_grpo_vs_baseline_delta: {overall.delta:.4f}")
     print(f"sft_grpo_vs_baseline_ci95: {overall.low:.4f}..{overall.high:.4f}")
     print(f"grpo_vs_sft_delta: {grpo_gain.delta:.4f}")

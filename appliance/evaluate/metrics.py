@@ -70,6 +70,11 @@ def per_task_success(samples: Iterable[ScoredSample]) -> dict[str, list[bool]]:
     return dict(by_task)
 
 
+def success_rate_by_task(samples: Iterable[ScoredSample]) -> dict[str, float]:
+    """Per task, the fraction of its samples that succeeded (what paired comparisons resample)."""
+    return {task: sum(v) / len(v) for task, v in per_task_success(samples).items()}
+
+
 def summarize(samples: Sequence[ScoredSample], tasks: Sequence[Task], k: int,
               wall_s: float) -> dict[str, Any]:
     """All numbers an eval reports, as one flat-ish dict (stored as JSON with the eval)."""
