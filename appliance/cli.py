@@ -108,6 +108,8 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
         p.add_argument("--steps", type=int, default=None)
         p.add_argument("--lr", type=float, default=None, help="learning rate")
         p.add_argument("--lora-r", type=int, default=None)
+        p.add_argument("--lora-layers", type=int, default=None,
+                       help="adapt only the last N decoder layers (0 = all; fewer is faster on a CPU)")
         p.add_argument("--eval-every", type=int, default=None)
         p.add_argument("--init-adapter", default=None, help="start from this adapter (e.g. the SFT checkpoint)")
         p.add_argument("--resume", default=None, metavar="RUN", help="continue a killed run from its last checkpoint")
@@ -115,6 +117,9 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
         p.add_argument("--eval-limit", type=int, default=32,
                        help="held-out tasks per checkpoint eval (0 = the whole split)")
         p.add_argument("--seed", type=int, default=None)
+        if stage == "sft":
+            p.add_argument("--epochs", type=float, default=None, help="passes over the train split (instead of --steps)")
+            p.add_argument("--batch-size", type=int, default=None, help="examples per optimizer step")
         if stage == "grpo":
             p.add_argument("--preset", choices=["grpo", "dr_grpo", "dapo", "gspo"], default=None)
             p.add_argument("--num-generations", type=int, default=None)

@@ -47,6 +47,19 @@ def test_pack_properties_come_from_the_manifest(single, multi):
     assert all(m["role"] != "system" for t in single.tasks("train") for m in t.messages)
 
 
+def test_tasks_without_a_domain_see_one_stable_domain_of_tools(single):
+    no_domain = [t for t in single.tasks("train") if t.tags.get("domain") == "none"]
+    assert no_domain
+    sizes = set()
+    for task in no_domain:
+        names = [tool["function"]["name"] for tool in single.tools_for(task)]
+        assert names == [tool["function"]["name"] for tool in single.tools_for(task)]  # stable
+        domains = {name.split("_")[0] for name in names if not name.startswith("company_directory_")}
+        assert len(domains) == 1 and len(names) < len(single.tools)
+        sizes.add(len(names))
+    assert len(sizes) > 1  # different tasks land on different domains
+
+
 def test_task_lookup_and_errors(single):
     first = single.tasks("val")[0]
     assert single.task(first.id) == first

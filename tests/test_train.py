@@ -102,6 +102,12 @@ def test_sft_step_changes_lora_and_saves_checkpoint(config, tmp_path):
     assert json.loads((Path(result.run_dir) / "config.json").read_text())["stage"] == "sft"
 
 
+def test_sft_with_lora_layers_adapts_only_the_last_layers(config):
+    result = run_sft(dataclasses.replace(config, lora_layers=1))
+    names = list(lora_tensors(result.final_adapter))
+    assert names and all(".layers.1." in name for name in names)
+
+
 def test_grpo_step_changes_lora_writes_rollouts_and_checkpoint(config, tmp_path):
     from appliance.store import Workspace
 

@@ -134,6 +134,17 @@ def test_config_round_trips_and_documents_every_field(tmp_path):
         TrainConfig(num_generations=1)
 
 
+def test_lora_layers_pick_the_last_layers_and_spell_out_all_linear():
+    assert TrainConfig(lora_layers=0).peft_targets(30) == {"target_modules": "all-linear"}
+    assert TrainConfig(lora_layers=40).peft_targets(30) == {"target_modules": "all-linear"}
+    subset = TrainConfig(lora_layers=3).peft_targets(30)
+    assert subset["layers_to_transform"] == [27, 28, 29]
+    assert "q_proj" in subset["target_modules"] and "down_proj" in subset["target_modules"]
+    assert TrainConfig(lora_layers=2, lora_targets="q_proj").peft_targets(4)["target_modules"] == ["q_proj"]
+    with pytest.raises(ApplianceError):
+        TrainConfig(lora_layers=-1)
+
+
 def test_metric_names_follow_our_vocabulary():
     metrics = rename_metrics({"reward": 0.5, "rewards/exact/mean": 0.25, "completions/clipped_ratio": 0.1,
                               "step_time": 2.0, "note": "text"})
@@ -152,3 +163,24 @@ def test_flat_groups_raise_a_no_learning_signal_alarm_once_they_persist():
     assert check_no_learning_signal(mixed) is None
     solved = [{"step": s, "frac_reward_zero_std": 1.0, "reward/mean": 1.0} for s in (1, 2, 3)]
     assert "harder tasks" in check_no_learning_signal(solved).message
+
+
+def test_cpu_fused_head_scores_only_labelled_positions_and_keeps_the_loss(tiny_model_dir):
+    import torch
+    from transformers import AutoModelForCausalLM
+    from trl.trainer.utils import add_fused_lm_head
+
+    import trl.trainer.utils as trl_utils
+    from appliance.train.cpu import score_only_labelled_positions
+
+    assert score_only_labelled_positions() and score_only_labelled_positions()  # idempotent
+    assert trl_utils._use_triton(torch.device("cpu"))
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32)
+    ids = torch.randint(3, model.config.vocab_size, (2, 12))
+    labels = ids.clone()
+    labels[:, :8] = -100  # a prompt without loss, as in completion-only SFT
+    expected = model(input_ids=ids, labels=labels).loss
+    add_fused_lm_head(model)
+    fused = model(input_ids=ids, labels=labels, fused_lm_head=True)
+    assert torch.allclose(fused.loss, expected, atol=1e-5)
+    assert (fused.log_probs[:, :7] == 0).all() and (fused.log_probs[:, 7:] < 0).all()

@@ -8,6 +8,7 @@ and whose held-out requests do not leak from train. Tasks are kept in memory
 from __future__ import annotations
 
 import hashlib
+import zlib
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,8 @@ from appliance.packs.tools import ToolIndex, read_tools
 from appliance.task import Task
 
 SUBSET_SPLIT = "gate"
+# WorkBench's tool domains (tool names start with `<domain>_`); the directory is shown with each.
+TOOL_DOMAINS = ("analytics", "calendar", "customer_relationship_manager", "email", "project_management")
 
 
 class Pack:
@@ -76,7 +79,10 @@ class Pack:
 
         Per-row tools win (BFCL). With `tool_selection = "domain"` a task sees its
         domain's tools plus the company directory, like WorkBench's "domains"
-        setting; this keeps CPU prompts short. Tasks without a known domain see all.
+        setting; this keeps CPU prompts short. A task without a domain (chit-chat,
+        a refusal) sees one domain's tools, picked by a stable hash of its id: a
+        listing like every other task's, so the list itself never says "no call"
+        (showing all 27 tools would, and would triple the prompt).
         """
         if task.tools is not None:
             return list(task.tools)
@@ -85,7 +91,7 @@ class Pack:
         domains = task.tags.get("domains") or [task.tags.get("domain")]
         prefixes = tuple(f"{d}_" for d in domains if d and d not in ("none", "multi_domain"))
         if not prefixes:
-            return self.tools
+            prefixes = (f"{_stable_choice(TOOL_DOMAINS, task.id)}_",)
         return [t for t in self.tools
                 if t["function"]["name"].startswith(prefixes + ("company_directory_",))]
 
@@ -234,3 +240,7 @@ def _check_leakage(split_rows: dict[str, list[tuple[int, Task]]], manifest: dict
                 f"'{eval_task.id}' {how} {manifest['splits']['train']} line {train_line}; "
                 f"held-out requests must not leak from train ({len(collisions)} such rows in {split})."
             )
+
+
+def _stable_choice(options: tuple[str, ...], key: str) -> str:
+    return options[zlib.crc32(key.encode("utf-8")) % len(options)]

@@ -21,6 +21,8 @@ from ..errors import ApplianceError
 BACKENDS = ("auto", "cpu", "unsloth")
 STAGES = ("sft", "grpo")
 ALL_LINEAR = "all-linear"
+# What `all-linear` means for the Llama/Qwen-style decoders we train, where an explicit list is needed.
+ALL_LINEAR_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 DEFAULT_LEARNING_RATE = {"sft": 1e-4, "grpo": 2e-5}
 
 
@@ -50,6 +52,9 @@ class TrainConfig:
     lora_alpha: int = field(default=32, metadata=_help("LoRA scaling numerator (effective scale alpha / r)."))
     lora_targets: str = field(default=ALL_LINEAR, metadata=_help(
         "Comma-separated module names to adapt, or `all-linear` for every linear layer except the LM head."))
+    lora_layers: int = field(default=0, metadata=_help(
+        "Adapt only the last N decoder layers (0 = every layer). Backward then stops at the lowest adapted "
+        "layer: on a CPU, the last 10 of SmolLM2-135M's 30 layers make a step about 3x faster."))
     lora_dropout: float = field(default=0.0, metadata=_help("Dropout on the LoRA branch (0 keeps RL on-policy)."))
     num_generations: int = field(default=8, metadata=_help(
         "GRPO group size: completions sampled per prompt; advantages are relative within a group."))
@@ -110,6 +115,8 @@ class TrainConfig:
             raise ApplianceError(f"lora_r ({self.lora_r}) exceeds max_lora_rank ({self.max_lora_rank}); raise max_lora_rank.")
         if self.precision not in ("auto", "fp32", "bf16"):
             raise ApplianceError(f"Unknown precision {self.precision!r}; choose auto, fp32 or bf16.")
+        if self.lora_layers < 0:
+            raise ApplianceError("lora_layers must be 0 (every layer) or a positive number of last layers.")
         if self.eval_every < 1:
             raise ApplianceError("eval_every must be at least 1.")
 
@@ -125,6 +132,24 @@ class TrainConfig:
         if self.lora_targets.strip() == ALL_LINEAR:
             return ALL_LINEAR
         return [name.strip() for name in self.lora_targets.split(",") if name.strip()]
+
+    def lora_layer_indices(self, num_layers: int) -> list[int] | None:
+        """PEFT `layers_to_transform` for `lora_layers` in a model with `num_layers` decoder layers (None = all)."""
+        if not self.lora_layers or self.lora_layers >= num_layers:
+            return None
+        return list(range(num_layers - self.lora_layers, num_layers))
+
+    def peft_targets(self, num_layers: int) -> dict[str, Any]:
+        """`target_modules` and `layers_to_transform` for LoraConfig / get_peft_model.
+
+        PEFT refuses a layer subset with the string `all-linear`, so a subset spells the modules out.
+        """
+        layers = self.lora_layer_indices(num_layers)
+        targets = self.target_modules
+        if layers is None:
+            return {"target_modules": targets}
+        return {"target_modules": list(ALL_LINEAR_MODULES) if targets == ALL_LINEAR else targets,
+                "layers_to_transform": layers}
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

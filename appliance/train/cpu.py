@@ -33,6 +33,31 @@ def use_bf16_autocast(precision: str) -> bool:
         return False
 
 
+def score_only_labelled_positions() -> bool:
+    """Make TRL's fused LM head project only the positions that have a label, on a CPU too.
+
+    TRL 1.16 scores every position when Triton is not in use (to keep tile shapes fixed on
+    compilers like Neuron's); on a CPU that means the 49k-word LM head runs over the whole
+    ~650-token prompt although only the ~45 completion tokens carry loss. Deciding "compact"
+    as on CUDA keeps TRL's own torch kernels and makes a SmolLM2 step 2.5x faster (8 x 640
+    tokens: 13.4 s -> 5.4 s, measured). Returns False, changing nothing, if TRL's internals moved.
+    """
+    try:
+        import trl.trainer.utils as trl_utils
+    except ImportError:
+        return False
+    decide = getattr(trl_utils, "_use_triton", None)
+    if decide is None or getattr(decide, "_appliance_compact", False):
+        return decide is not None
+
+    def compact_on_cpu(device: Any) -> bool:
+        return device.type == "cpu" or decide(device)
+
+    compact_on_cpu._appliance_compact = True  # type: ignore[attr-defined]
+    trl_utils._use_triton = compact_on_cpu
+    return True
+
+
 class CpuBackend:
     name = "cpu"
 
@@ -41,6 +66,7 @@ class CpuBackend:
 
         self.use_cpu = not torch.cuda.is_available()
         self.bf16 = use_bf16_autocast(config.precision if config else "auto")
+        score_only_labelled_positions()
 
     def load_for_training(self, config: TrainConfig) -> tuple[Any, Any]:
         from peft import LoraConfig, get_peft_model
@@ -53,12 +79,16 @@ class CpuBackend:
             return load_model(config.model, adapter=config.init_adapter, dtype="float32", for_training=True)
         model, tokenizer = load_model(config.model, dtype="float32", for_training=True)
         lora = LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
-                          target_modules=config.target_modules, bias="none", task_type="CAUSAL_LM")
+                          bias="none", task_type="CAUSAL_LM",
+                          **config.peft_targets(model.config.num_hidden_layers))
         return get_peft_model(model, lora), tokenizer
 
     def _common_args(self) -> dict[str, Any]:
         # Weights and optimizer stay fp32; bf16 only autocasts the matmuls (mixed precision).
-        return {"use_cpu": self.use_cpu, "bf16": self.bf16, "fp16": False}
+        # TRL turns gradient checkpointing on by default; a small model on a CPU has memory to spare,
+        # and checkpointing makes PEFT require input grads, so backward would run through every
+        # layer even when only the last few are adapted (a 4x slower step, measured).
+        return {"use_cpu": self.use_cpu, "bf16": self.bf16, "fp16": False, "gradient_checkpointing": False}
 
     def make_sft_trainer(self, model: Any, tokenizer: Any, dataset: Any, config: TrainConfig,
                          args: dict[str, Any], callbacks: list[Any]) -> Any:

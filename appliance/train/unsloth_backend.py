@@ -22,10 +22,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .backends import build_grpo_trainer, build_sft_trainer
-from .config import ALL_LINEAR, TrainConfig
-
-# What "all-linear" means for the decoder architectures Unsloth supports (Llama, Qwen, Mistral, Gemma).
-ALL_LINEAR_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+from .config import ALL_LINEAR, ALL_LINEAR_MODULES, TrainConfig
 
 
 def _import_unsloth(standby: bool) -> Any:
@@ -51,10 +48,12 @@ class UnslothBackend:
         from ..models import local_model_dir, resolve_model
 
         r, alpha, targets = config.lora_r, config.lora_alpha, self._target_modules(config)
+        layers = None
         if config.init_adapter:  # the LoRA shape must match the adapter being continued
             adapter_cfg = json.loads((Path(config.init_adapter) / "adapter_config.json").read_text())
             r, alpha = int(adapter_cfg["r"]), int(adapter_cfg.get("lora_alpha", alpha))
             targets = sorted(adapter_cfg.get("target_modules") or targets)
+            layers = adapter_cfg.get("layers_to_transform")
         model, tokenizer = self.FastLanguageModel.from_pretrained(
             model_name=local_model_dir(resolve_model(config.model)),
             max_seq_length=config.max_seq_length,
@@ -63,9 +62,12 @@ class UnslothBackend:
             max_lora_rank=max(config.max_lora_rank, r),
             gpu_memory_utilization=config.gpu_memory_utilization,
         )
+        if not config.init_adapter:
+            layers = config.lora_layer_indices(model.config.num_hidden_layers)
         model = self.FastLanguageModel.get_peft_model(
             model, r=r, target_modules=targets, lora_alpha=alpha, lora_dropout=config.lora_dropout,
             use_gradient_checkpointing="unsloth", random_state=config.seed,
+            **({"layers_to_transform": layers} if layers else {}),
         )
         if config.init_adapter:
             _load_adapter_weights(model, Path(config.init_adapter))
