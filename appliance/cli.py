@@ -168,6 +168,8 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--checkpoints", default="checkpoints", help="adapter registry folder")
     p.add_argument("--baseline-k", type=int, default=1, help="baseline samples per task (1 = greedy; >1 adds pass@k)")
     p.add_argument("--eval-limit", type=int, default=None, help="held-out tasks per eval (default: the whole split)")
+    p.add_argument("--sft-steps", type=int, default=None, help="SFT steps when SFT is recommended (default 150)")
+    p.add_argument("--grpo-steps", type=int, default=None, help="GRPO steps (default 30)")
     _common(p, events=True)
 
 

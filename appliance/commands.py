@@ -190,7 +190,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     settings = PipelineSettings(model=args.model, pack=args.pack, quick=args.quick,
                                 baseline_only=args.baseline_only, tasks_root=args.tasks_root,
                                 checkpoints_root=args.checkpoints, baseline_k=args.baseline_k,
-                                eval_limit=args.eval_limit)
+                                eval_limit=args.eval_limit,
+                                **{name: getattr(args, name) for name in ("sft_steps", "grpo_steps")
+                                   if getattr(args, name, None) is not None})
     result = run_pipeline(settings, workspace=_workspace(args), sink=_event_sink(args))
     report.print_pipeline(result)
     return 0

@@ -4,7 +4,7 @@ Every stage goes through the same engine functions the CLI uses (run_eval,
 run_sft, run_grpo), on the pack's held-out `val` split (greedy, k=1), into a
 throwaway workspace. The paired bootstrap over tasks says whether a gain holds.
 
-    .venv/bin/python bench/bench_learning.py [--pack workplace-single] [--sft-steps 40] [--grpo-steps 16]
+    .venv/bin/python bench/bench_learning.py [--pack workplace-single] [--sft-steps 150] [--grpo-steps 30]
 
 Prints `name: value` lines, then a Markdown table for the README.
 """
@@ -22,8 +22,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--pack", default="workplace-single")
-    parser.add_argument("--sft-steps", type=int, default=40)
-    parser.add_argument("--grpo-steps", type=int, default=16)
+    parser.add_argument("--sft-steps", type=int, default=150)
+    parser.add_argument("--grpo-steps", type=int, default=30)
     parser.add_argument("--limit", type=int, default=None, help="held-out tasks per eval (default: all)")
     args = parser.parse_args()
 

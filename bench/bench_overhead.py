@@ -88,7 +88,8 @@ def run_bare(config: TrainConfig, work: Path) -> list[float]:
     from appliance.train.cpu import CpuBackend
     from appliance.train.presets import grpo_options
 
-    model, tokenizer = CpuBackend().load_for_training(config)
+    backend = CpuBackend(config)
+    model, tokenizer = backend.load_for_training(config)
     pack = BenchPack()
     dataset = Dataset.from_list([{"prompt": prompt_for(pack, tokenizer, t)} for t in pack.tasks("train")])
     stamps: list[float] = []
@@ -102,7 +103,8 @@ def run_bare(config: TrainConfig, work: Path) -> list[float]:
                       per_device_train_batch_size=config.prompts_per_step * config.num_generations,
                       num_generations=config.num_generations, max_completion_length=config.max_completion_tokens,
                       temperature=config.temperature, logging_steps=1, save_strategy="no", report_to="none",
-                      disable_tqdm=True, seed=config.seed, use_cpu=True, **grpo_options(config.preset, beta=config.beta))
+                      disable_tqdm=True, seed=config.seed, **backend.backend_args(),  # same precision and memory options
+                      **grpo_options(config.preset, beta=config.beta))
     GRPOTrainer(model=model, reward_funcs=[length_reward, exact_reward], args=args, train_dataset=dataset,
                 processing_class=tokenizer, callbacks=[Stamp()]).train()
     return step_times(stamps)

@@ -229,3 +229,23 @@ def test_grouped_query_attention_on_cpu_gives_identical_logits(tiny_model_dir, p
     assert not bool(inputs["attention_mask"].all())  # padding, so the mask path is the one compared
     with torch.inference_mode():
         assert torch.equal(plain_model(**inputs).logits, grouped_model(**inputs).logits)
+
+
+@pytest.mark.parametrize("shared_head", [True, False])
+def test_groups_of_samples_prefill_each_prompt_once_without_changing_outputs(loaded, monkeypatch, shared_head):
+    from appliance.generate import hf
+
+    model, tokenizer = loaded
+    tools = [{"name": f"tool_{i}", "description": "Does one workplace thing.", "parameters": {}} for i in range(4)]
+    prompts = [render_prompt(tokenizer, "You are helpful.", [{"role": "user", "content": r}], tools) for r in REQUESTS]
+    if not shared_head:
+        monkeypatch.setattr(hf, "MIN_SHARED_PREFIX_TOKENS", 10_000)
+    generator = HFGenerator(model, tokenizer, batch_size=16)
+    greedy = generator.generate(prompts, max_new_tokens=12)
+    calls = []
+    grouped = generator._grouped_inputs
+    monkeypatch.setattr(generator, "_grouped_inputs", lambda *a: calls.append(a) or grouped(*a))
+    near_greedy = generator.generate(prompts, n=3, temperature=1e-4, max_new_tokens=12, seed=0)
+    assert calls  # the grouped path ran
+    assert texts(near_greedy) == [[samples[0].text] * 3 for samples in greedy]
+    assert [s[0].token_ids for s in near_greedy] == [s[0].token_ids for s in greedy]

@@ -102,10 +102,11 @@ def test_sft_step_changes_lora_and_saves_checkpoint(config, tmp_path):
     assert json.loads((Path(result.run_dir) / "config.json").read_text())["stage"] == "sft"
 
 
-def test_sft_with_lora_layers_adapts_only_the_last_layers(config):
-    result = run_sft(dataclasses.replace(config, lora_layers=1))
-    names = list(lora_tensors(result.final_adapter))
+def test_cpu_lora_adapts_the_last_third_of_layers_unless_told(config):
+    names = list(lora_tensors(run_sft(config).final_adapter))  # 2 layers: the last one
     assert names and all(".layers.1." in name for name in names)
+    names = list(lora_tensors(run_sft(dataclasses.replace(config, lora_layers=0)).final_adapter))
+    assert any(".layers.0." in name for name in names) and any(".layers.1." in name for name in names)
 
 
 def test_grpo_step_changes_lora_writes_rollouts_and_checkpoint(config, tmp_path):

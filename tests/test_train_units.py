@@ -135,7 +135,9 @@ def test_config_round_trips_and_documents_every_field(tmp_path):
 
 
 def test_lora_layers_pick_the_last_layers_and_spell_out_all_linear():
-    assert TrainConfig(lora_layers=0).peft_targets(30) == {"target_modules": "all-linear"}
+    assert TrainConfig(lora_layers=0).peft_targets(30, backend_default=10) == {"target_modules": "all-linear"}
+    assert TrainConfig().peft_targets(30) == {"target_modules": "all-linear"}
+    assert TrainConfig().peft_targets(30, backend_default=10)["layers_to_transform"] == list(range(20, 30))
     assert TrainConfig(lora_layers=40).peft_targets(30) == {"target_modules": "all-linear"}
     subset = TrainConfig(lora_layers=3).peft_targets(30)
     assert subset["layers_to_transform"] == [27, 28, 29]
@@ -184,3 +186,22 @@ def test_cpu_fused_head_scores_only_labelled_positions_and_keeps_the_loss(tiny_m
     fused = model(input_ids=ids, labels=labels, fused_lm_head=True)
     assert torch.allclose(fused.loss, expected, atol=1e-5)
     assert (fused.log_probs[:, :7] == 0).all() and (fused.log_probs[:, 7:] < 0).all()
+
+
+def test_shared_prefix_rollout_returns_one_completion_per_repeated_prompt(tiny_model_dir):
+    import types
+
+    from appliance.models import load_model
+    from appliance.train.rollout import SharedPrefixRollout
+
+    model, tokenizer = load_model(tiny_model_dir, for_training=True)
+    model.train()
+    prompts = ["<|im_start|>user\nDelete the task.<|im_end|>\n"] * 3 + ["<|im_start|>user\nPlot it.<|im_end|>\n"] * 3
+    config = TrainConfig(num_generations=3, max_completion_tokens=7, temperature=1.0)
+    out = SharedPrefixRollout(tokenizer, config)(prompts, types.SimpleNamespace(model=model))
+    assert out["logprobs"] is None and len(out["completion_ids"]) == len(prompts) == len(out["prompt_ids"])
+    assert out["prompt_ids"][0] == tokenizer(prompts[0], add_special_tokens=False)["input_ids"]
+    assert all(0 < len(ids) <= 7 for ids in out["completion_ids"])
+    eos = tokenizer.eos_token_id
+    assert all(len(ids) == 7 or ids[-1] == eos for ids in out["completion_ids"])  # EOS kept when it stopped
+    assert model.training  # back in training mode for the update

@@ -28,6 +28,7 @@ class Sample:
     prompt_tokens: int
     latency_s: float
     finish_reason: FinishReason
+    token_ids: tuple[int, ...] = ()  # what the model produced, EOS included (the hf backend fills it)
 
 
 class Generator(ABC):

@@ -10,7 +10,9 @@ StopStringCriteria) and are cut from the text afterwards.
 Prompts in one call usually share a long head (system prompt and tool list).
 That head is prefilled once into a KV cache and copied into every row, so only
 each prompt's own tail is prefilled per row: on a CPU, prefill of ~300-token
-prompts is most of the cost of short tool-call answers.
+prompts is most of the cost of short tool-call answers. When n > 1 samples are
+drawn per prompt (GRPO groups), each prompt is prefilled once and its cache is
+copied to its n rows.
 """
 from __future__ import annotations
 
@@ -129,7 +131,10 @@ class HFGenerator(Generator):
 
         greedy = temperature <= 0
         rows_per_prompt = 1 if greedy else n  # greedy rows would all be the same; decode once and repeat
-        inputs = self._batch_inputs(token_lists, prefix, rows_per_prompt)
+        if rows_per_prompt > 1:
+            inputs = self._grouped_inputs(token_lists, prefix, rows_per_prompt)
+        else:
+            inputs = self._batch_inputs(token_lists, prefix, rows_per_prompt)
         config = self._generation_config(greedy, temperature, top_p, max_new_tokens, stop)
         started = time.perf_counter()
         with torch.inference_mode():
@@ -174,6 +179,45 @@ class HFGenerator(Generator):
             "past_key_values": cache,
         }
 
+    def _grouped_inputs(
+        self, token_lists: list[list[int]], prefix: SharedPrefix | None, rows_per_prompt: int
+    ) -> dict[str, Any]:
+        """Sampling n > 1 rows per prompt: prefill each prompt once, then copy its KV cache to its n rows.
+
+        Everything but each prompt's last token is prefilled here (one row per
+        prompt, after the shared head when there is one); generate then starts
+        from that last token in every row. Without this, a GRPO group of 8
+        prefilled its ~650-token prompt 8 times.
+        """
+        import copy
+
+        import torch
+        from transformers import DynamicCache
+
+        cut = 0 if prefix is None else prefix.ids.shape[1]
+        batch = self.tokenizer.pad({"input_ids": [tokens[cut:] for tokens in token_lists]}, padding=True,
+                                   return_tensors="pt")
+        ids, mask = batch["input_ids"].to(self.model.device), batch["attention_mask"].to(self.model.device)
+        if prefix is None:
+            cache = DynamicCache(config=self._text_config())
+        else:
+            cache = copy.deepcopy(prefix.cache)
+            cache.batch_repeat_interleave(len(token_lists))
+            head = prefix.ids.expand(len(token_lists), -1)
+            ids, mask = torch.cat([head, ids], dim=1), torch.cat([torch.ones_like(head), mask], dim=1)
+        if ids.shape[1] - 1 > cut:  # the tails have more than their last token
+            before_last = mask[:, :-1]
+            positions = (before_last.cumsum(dim=1) - 1).clamp(min=0)[:, cut:]
+            with torch.inference_mode():
+                self.model(input_ids=ids[:, cut:-1], attention_mask=before_last, position_ids=positions,
+                           past_key_values=cache, use_cache=True)
+        cache.batch_repeat_interleave(rows_per_prompt)
+        return {
+            "input_ids": ids.repeat_interleave(rows_per_prompt, dim=0),
+            "attention_mask": mask.repeat_interleave(rows_per_prompt, dim=0),
+            "past_key_values": cache,
+        }
+
     def _generation_config(
         self, greedy: bool, temperature: float, top_p: float, max_new_tokens: int, stop: list[str] | None
     ) -> Any:
@@ -200,6 +244,7 @@ class HFGenerator(Generator):
             prompt_tokens=prompt_tokens,
             latency_s=latency,
             finish_reason="stop" if ended or stopped else "length",
+            token_ids=tuple(row[:length]),
         )
 
     def _generated_length(self, row: list[int]) -> tuple[int, bool]:

@@ -92,11 +92,13 @@ def build_sft_trainer(model: Any, tokenizer: Any, dataset: Any, args: dict[str, 
 
 
 def build_grpo_trainer(model: Any, tokenizer: Any, dataset: Any, args: dict[str, Any],
-                       reward_funcs: list[Callable], callbacks: list[Any], trainer_mixin: type | None = None) -> Any:
+                       reward_funcs: list[Callable], callbacks: list[Any], trainer_mixin: type | None = None,
+                       rollout_func: Callable | None = None) -> Any:
     """TRL's GRPOTrainer (our mixin first in the MRO when given) from GRPOConfig kwargs."""
     from trl import GRPOConfig, GRPOTrainer
 
     trainer_cls = GRPOTrainer if trainer_mixin is None else type(
         "ApplianceGRPOTrainer", (trainer_mixin, GRPOTrainer), {})
+    extra = {} if rollout_func is None else {"rollout_func": rollout_func}
     return trainer_cls(model=model, reward_funcs=reward_funcs, args=GRPOConfig(**args), train_dataset=dataset,
-                       processing_class=tokenizer, callbacks=callbacks)
+                       processing_class=tokenizer, callbacks=callbacks, **extra)

@@ -52,9 +52,10 @@ class TrainConfig:
     lora_alpha: int = field(default=32, metadata=_help("LoRA scaling numerator (effective scale alpha / r)."))
     lora_targets: str = field(default=ALL_LINEAR, metadata=_help(
         "Comma-separated module names to adapt, or `all-linear` for every linear layer except the LM head."))
-    lora_layers: int = field(default=0, metadata=_help(
-        "Adapt only the last N decoder layers (0 = every layer). Backward then stops at the lowest adapted "
-        "layer: on a CPU, the last 10 of SmolLM2-135M's 30 layers make a step about 3x faster."))
+    lora_layers: int | None = field(default=None, metadata=_help(
+        "Adapt only the last N decoder layers (0 = every layer; None = the backend's choice: the last third "
+        "on a CPU, every layer on a GPU). Backward stops at the lowest adapted layer, so on a CPU the last 10 "
+        "of SmolLM2-135M's 30 layers make a step about 3x faster."))
     lora_dropout: float = field(default=0.0, metadata=_help("Dropout on the LoRA branch (0 keeps RL on-policy)."))
     num_generations: int = field(default=8, metadata=_help(
         "GRPO group size: completions sampled per prompt; advantages are relative within a group."))
@@ -115,7 +116,7 @@ class TrainConfig:
             raise ApplianceError(f"lora_r ({self.lora_r}) exceeds max_lora_rank ({self.max_lora_rank}); raise max_lora_rank.")
         if self.precision not in ("auto", "fp32", "bf16"):
             raise ApplianceError(f"Unknown precision {self.precision!r}; choose auto, fp32 or bf16.")
-        if self.lora_layers < 0:
+        if self.lora_layers is not None and self.lora_layers < 0:
             raise ApplianceError("lora_layers must be 0 (every layer) or a positive number of last layers.")
         if self.eval_every < 1:
             raise ApplianceError("eval_every must be at least 1.")
@@ -133,18 +134,22 @@ class TrainConfig:
             return ALL_LINEAR
         return [name.strip() for name in self.lora_targets.split(",") if name.strip()]
 
-    def lora_layer_indices(self, num_layers: int) -> list[int] | None:
-        """PEFT `layers_to_transform` for `lora_layers` in a model with `num_layers` decoder layers (None = all)."""
-        if not self.lora_layers or self.lora_layers >= num_layers:
-            return None
-        return list(range(num_layers - self.lora_layers, num_layers))
+    def lora_layer_indices(self, num_layers: int, backend_default: int = 0) -> list[int] | None:
+        """PEFT `layers_to_transform` for `lora_layers` in a model with `num_layers` decoder layers (None = all).
 
-    def peft_targets(self, num_layers: int) -> dict[str, Any]:
+        `backend_default` is the backend's choice, used when `lora_layers` is None.
+        """
+        count = backend_default if self.lora_layers is None else self.lora_layers
+        if not count or count >= num_layers:
+            return None
+        return list(range(num_layers - count, num_layers))
+
+    def peft_targets(self, num_layers: int, backend_default: int = 0) -> dict[str, Any]:
         """`target_modules` and `layers_to_transform` for LoraConfig / get_peft_model.
 
         PEFT refuses a layer subset with the string `all-linear`, so a subset spells the modules out.
         """
-        layers = self.lora_layer_indices(num_layers)
+        layers = self.lora_layer_indices(num_layers, backend_default)
         targets = self.target_modules
         if layers is None:
             return {"target_modules": targets}

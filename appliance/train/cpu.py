@@ -33,6 +33,11 @@ def use_bf16_autocast(precision: str) -> bool:
         return False
 
 
+def cpu_default_lora_layers(model: Any) -> int:
+    """The last third of the decoder layers: backward through the rest is most of a CPU step's cost."""
+    return -(-int(model.config.num_hidden_layers) // 3)
+
+
 def score_only_labelled_positions() -> bool:
     """Make TRL's fused LM head project only the positions that have a label, on a CPU too.
 
@@ -80,10 +85,10 @@ class CpuBackend:
         model, tokenizer = load_model(config.model, dtype="float32", for_training=True)
         lora = LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
                           bias="none", task_type="CAUSAL_LM",
-                          **config.peft_targets(model.config.num_hidden_layers))
+                          **config.peft_targets(model.config.num_hidden_layers, cpu_default_lora_layers(model)))
         return get_peft_model(model, lora), tokenizer
 
-    def _common_args(self) -> dict[str, Any]:
+    def backend_args(self) -> dict[str, Any]:
         # Weights and optimizer stay fp32; bf16 only autocasts the matmuls (mixed precision).
         # TRL turns gradient checkpointing on by default; a small model on a CPU has memory to spare,
         # and checkpointing makes PEFT require input grads, so backward would run through every
@@ -92,13 +97,23 @@ class CpuBackend:
 
     def make_sft_trainer(self, model: Any, tokenizer: Any, dataset: Any, config: TrainConfig,
                          args: dict[str, Any], callbacks: list[Any]) -> Any:
-        return build_sft_trainer(model, tokenizer, dataset, {**args, **self._common_args()}, callbacks)
+        return build_sft_trainer(model, tokenizer, dataset, {**args, **self.backend_args()}, callbacks)
 
     def make_grpo_trainer(self, model: Any, tokenizer: Any, dataset: Any, config: TrainConfig,
                           args: dict[str, Any], reward_funcs: list[Callable], callbacks: list[Any],
                           trainer_mixin: type | None = None) -> Any:
-        return build_grpo_trainer(model, tokenizer, dataset, {**args, **self._common_args(), "use_vllm": False},
-                                  reward_funcs, callbacks, trainer_mixin)
+        return build_grpo_trainer(model, tokenizer, dataset, {**args, **self.backend_args(), "use_vllm": False},
+                                  reward_funcs, callbacks, trainer_mixin, rollout_func=self.rollout_func(tokenizer, config))
+
+    def rollout_func(self, tokenizer: Any, config: TrainConfig) -> Callable:
+        """Sampling that prefills each prompt once per group (appliance.train.rollout)."""
+        import os
+
+        from .rollout import SharedPrefixRollout
+
+        # TRL warns that rollout_func is experimental on every run; we chose it knowingly (pinned TRL).
+        os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+        return SharedPrefixRollout(tokenizer, config)
 
     def save_adapter(self, model: Any, out_dir: str | Path) -> None:
         model.save_pretrained(str(out_dir))

@@ -75,7 +75,7 @@ class UnslothBackend:
             tokenizer.pad_token = tokenizer.eos_token
         return model, tokenizer
 
-    def _common_args(self) -> dict[str, Any]:
+    def backend_args(self) -> dict[str, Any]:
         from unsloth import is_bfloat16_supported
 
         bf16 = bool(is_bfloat16_supported())
@@ -83,7 +83,7 @@ class UnslothBackend:
 
     def make_sft_trainer(self, model: Any, tokenizer: Any, dataset: Any, config: TrainConfig,
                          args: dict[str, Any], callbacks: list[Any]) -> Any:
-        return build_sft_trainer(model, tokenizer, dataset, {**args, **self._common_args()}, callbacks)
+        return build_sft_trainer(model, tokenizer, dataset, {**args, **self.backend_args()}, callbacks)
 
     def make_grpo_trainer(self, model: Any, tokenizer: Any, dataset: Any, config: TrainConfig,
                           args: dict[str, Any], reward_funcs: list[Callable], callbacks: list[Any],
@@ -91,7 +91,7 @@ class UnslothBackend:
         # Unsloth patched TRL's classes on import: colocate mode samples through its shared-weight vLLM engine.
         colocated = {"use_vllm": True, "vllm_mode": "colocate",
                      "vllm_gpu_memory_utilization": config.gpu_memory_utilization}
-        return build_grpo_trainer(model, tokenizer, dataset, {**args, **self._common_args(), **colocated},
+        return build_grpo_trainer(model, tokenizer, dataset, {**args, **self.backend_args(), **colocated},
                                   reward_funcs, callbacks, trainer_mixin)
 
     def save_adapter(self, model: Any, out_dir: str | Path) -> None:
