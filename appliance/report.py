@@ -279,7 +279,8 @@ class HumanSink:
 
         if self._bar is None or self._bar.desc != event.stage:
             self._close_bar()
-            self._bar = tqdm(total=event.total, desc=event.stage, file=sys.stderr, leave=False)
+            # `initial`: work done before the first report does not count towards the rate.
+            self._bar = tqdm(total=event.total, initial=event.done, desc=event.stage, file=sys.stderr, leave=False)
         self._bar.total = event.total
         self._bar.n = event.done
         self._bar.refresh()

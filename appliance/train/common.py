@@ -194,6 +194,7 @@ def resumed_config(config: TrainConfig) -> TrainConfig:
 def start_run(config: TrainConfig, stage: str, sink: EventSink, pack: Any = None,
               workspace: Any = None) -> RunContext:
     """Create (or reopen, for --resume) the run: folder, config, store rows, backend, pack."""
+    _quiet_libraries()
     resume_checkpoint, resume_step = None, 0
     if config.resume_from:
         run_dir = find_run_dir(config)
@@ -235,6 +236,15 @@ def oom_error(config: TrainConfig, run_id: str) -> ApplianceError:
         f"Out of GPU memory: turn down, in this order, the model size, max_completion_tokens "
         f"({config.max_completion_tokens}), num_generations ({config.num_generations}) and "
         f"gpu_memory_utilization ({config.gpu_memory_utilization}); then continue with --resume {run_id}.")
+
+
+def _quiet_libraries() -> None:
+    """No per-dataset-pass and weight-loading bars: our events report progress, the bars only clutter stderr."""
+    import datasets
+    from transformers.utils import logging as transformers_logging
+
+    datasets.disable_progress_bars()
+    transformers_logging.disable_progress_bar()
 
 
 def _quiet(trainer: Any) -> None:
