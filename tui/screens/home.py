@@ -14,8 +14,11 @@ from textual.widgets import DataTable, Footer, Label, Select, Static
 from tui.data import as_mapping, pick, promoted_checkpoint, recent_evals, recent_runs, when
 from tui.widgets.hardware_panel import HardwarePanel
 from tui.widgets.nav_bar import NavBar
+from tui.widgets.tables import fill_table
 
 BACKENDS = ("auto", "hf", "vllm")
+RUN_COLUMNS = ("run", "kind", "status", "started")
+EVAL_COLUMNS = ("eval", "model", "adapter", "split", "pass@1")
 
 
 def backend_reason(report: dict[str, Any]) -> str:
@@ -86,8 +89,8 @@ class HomeScreen(Screen):
                          compact=True, allow_blank=not value)
 
     def on_mount(self) -> None:
-        self.query_one("#runs", DataTable).add_columns("run", "kind", "status", "started")
-        self.query_one("#evals", DataTable).add_columns("eval", "model", "adapter", "split", "pass@1")
+        fill_table(self.query_one("#runs", DataTable), RUN_COLUMNS, [])
+        fill_table(self.query_one("#evals", DataTable), EVAL_COLUMNS, [])
         self.query_one(HardwarePanel).show({}, {})
         self.read_host()
         self.ask_doctor()
@@ -121,16 +124,14 @@ class HomeScreen(Screen):
     @on(Loaded)
     def _loaded(self, message: Loaded) -> None:
         runs = self.query_one("#runs", DataTable)
-        runs.clear()
-        for row in message.runs:
-            runs.add_row(pick(row, "run_id", default="?"), pick(row, "kind", default=""),
-                         pick(row, "status", default=""), when(row.get("started_at")))
+        fill_table(runs, RUN_COLUMNS, [(pick(row, "run_id", default="?"), pick(row, "kind", default=""),
+                                        pick(row, "status", default=""), when(row.get("started_at")))
+                                       for row in message.runs])
         evals = self.query_one("#evals", DataTable)
-        evals.clear()
-        for row in message.evals:
-            evals.add_row(pick(row, "eval_id", default="?"), pick(row, "model", default=""),
-                          pick(row, "adapter", default="base") or "base", pick(row, "split", default=""),
-                          eval_headline(row))
+        fill_table(evals, EVAL_COLUMNS, [(pick(row, "eval_id", default="?"), pick(row, "model", default=""),
+                                          pick(row, "adapter", default="base") or "base",
+                                          pick(row, "split", default=""), eval_headline(row))
+                                         for row in message.evals])
         self.query_one("#runs-empty").display = not message.runs
         runs.display = bool(message.runs)
         self.query_one("#evals-empty").display = not message.evals

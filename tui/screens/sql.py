@@ -22,6 +22,7 @@ from textual.widgets import DataTable, Footer, Input, OptionList, Static, TextAr
 from textual.widgets.option_list import Option
 
 from tui.widgets.nav_bar import NavBar
+from tui.widgets.tables import fill_table
 
 BUILT_IN_QUERIES: dict[str, str] = {
     "reward by bucket by step": (
@@ -174,9 +175,8 @@ class SqlScreen(Screen):
     def _query_done(self, message: QueryDone) -> None:
         self.result = (message.columns, message.rows)
         table = self.query_one("#results", DataTable)
-        table.clear(columns=True)
-        table.add_columns(*message.columns)
-        table.add_rows([tuple(_cell(v) for v in row) for row in message.rows[:MAX_ROWS_SHOWN]])
+        cells = [tuple(_cell(v) for v in row) for row in message.rows[:MAX_ROWS_SHOWN]]
+        fill_table(table, message.columns, cells)
         shown = "" if len(message.rows) <= MAX_ROWS_SHOWN else f" (first {MAX_ROWS_SHOWN} shown; export for all)"
         took = f" in {message.seconds:.1f} s" if message.seconds >= SHOW_TIME_AFTER_S else ""
         self.query_one("#sql-status", Static).update(f"{len(message.rows)} rows{took}{shown}")
