@@ -1,7 +1,7 @@
 """Overhead of the appliance around a GRPO step, against a bare TRL GRPOTrainer script.
 
-Both sides use the same model, LoRA, prompts, reward functions and GRPO
-options; ours adds the rollout recorder (verdicts, store rows, events), the
+Both sides use the same model, LoRA, prompts, reward functions, GRPO
+options, precision and sampler (the cpu backend's rollout_func); ours adds the rollout recorder (verdicts, store rows, events), the
 metrics callback and registry checkpoints (every `--eval-every` steps). They
 run alternately in one process (ours, bare, ours, bare, ...) because these
 machines are noisy; a step's time is the gap between consecutive step logs,
@@ -106,7 +106,8 @@ def run_bare(config: TrainConfig, work: Path) -> list[float]:
                       disable_tqdm=True, seed=config.seed, **backend.backend_args(),  # same precision and memory options
                       **grpo_options(config.preset, beta=config.beta))
     GRPOTrainer(model=model, reward_funcs=[length_reward, exact_reward], args=args, train_dataset=dataset,
-                processing_class=tokenizer, callbacks=[Stamp()]).train()
+                processing_class=tokenizer, callbacks=[Stamp()],
+                rollout_func=backend.rollout_func(tokenizer, config)).train()  # the same sampler as ours
     return step_times(stamps)
 
 
