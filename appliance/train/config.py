@@ -7,7 +7,7 @@ flags from these and the run saves the config as JSON next to the run
 Defaults are sized for the CPU path (2 cores, the embedded SmolLM2-135M) and
 follow what was measured to work there (README, "Learning"): SFT at lr 3e-4,
 batch 8, two passes over workplace-single's 600 train tasks (150 steps) took
-held-out success from 12.5% to 35%; GRPO with a binary reward, temperature 1.0
+held-out success from 12% to 35%; GRPO with a binary reward, temperature 1.0
 (groups need variance), 2 prompts x 8 generations, lr 5e-5, beta 0.
 """
 from __future__ import annotations

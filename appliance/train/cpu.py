@@ -1,7 +1,10 @@
 """The CPU backend: transformers in fp32, a PEFT LoRA, the stock TRL trainers.
 
-No quantisation and no vLLM: generation is transformers' `generate` inside
-GRPOTrainer. Needs trl >= 1.16 (1.15's GRPOTrainer patches a fused LM head
+No quantisation and no vLLM: GRPO samples with our batched transformers
+generator through a TRL `rollout_func` (appliance.train.rollout). Four settings
+make a CPU step 4-5x faster than TRL's defaults (bench/bench_train_step.py):
+no gradient checkpointing, the fused LM head scoring only labelled positions,
+LoRA on the last third of the layers, and that shared-prefix sampler. Needs trl >= 1.16 (1.15's GRPOTrainer patches a fused LM head
 whose kernels need Triton, which a CPU does not have). Also works on a CUDA
 machine without Unsloth (then `use_cpu` is off and the GPU is used in fp32).
 """
