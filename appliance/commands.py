@@ -192,7 +192,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                                 checkpoints_root=args.checkpoints, baseline_k=args.baseline_k,
                                 eval_limit=args.eval_limit,
                                 **{name: getattr(args, name) for name in ("sft_steps", "grpo_steps")
-                                   if getattr(args, name, None) is not None})
+                                   if getattr(args, name) is not None})
     result = run_pipeline(settings, workspace=_workspace(args), sink=_event_sink(args))
     report.print_pipeline(result)
     return 0

@@ -159,25 +159,10 @@ class HFGenerator(Generator):
         prompt's own tokens; generate derives position ids from the attention
         mask, so the model sees every row as one contiguous prompt.
         """
-        import copy
-
-        import torch
-
-        cut = 0 if prefix is None else prefix.ids.shape[1]
-        rows = [tokens[cut:] for tokens in token_lists for _ in range(rows_per_prompt)]
-        batch = self.tokenizer.pad({"input_ids": rows}, padding=True, return_tensors="pt")
-        input_ids = batch["input_ids"].to(self.model.device)
-        attention_mask = batch["attention_mask"].to(self.model.device)
-        if prefix is None:
-            return {"input_ids": input_ids, "attention_mask": attention_mask}
-        cache = copy.deepcopy(prefix.cache)  # generate extends the cache in place
-        cache.batch_repeat_interleave(len(rows))
-        prefix_ids = prefix.ids.expand(len(rows), -1)
-        return {
-            "input_ids": torch.cat([prefix_ids, input_ids], dim=1),
-            "attention_mask": torch.cat([torch.ones_like(prefix_ids), attention_mask], dim=1),
-            "past_key_values": cache,
-        }
+        rows = [tokens for tokens in token_lists for _ in range(rows_per_prompt)]
+        ids, mask, cache = self._rows_after_head(rows, prefix)
+        inputs = {"input_ids": ids, "attention_mask": mask}
+        return inputs if cache is None else {**inputs, "past_key_values": cache}
 
     def _grouped_inputs(
         self, token_lists: list[list[int]], prefix: SharedPrefix | None, rows_per_prompt: int
@@ -189,22 +174,13 @@ class HFGenerator(Generator):
         from that last token in every row. Without this, a GRPO group of 8
         prefilled its ~650-token prompt 8 times.
         """
-        import copy
-
         import torch
         from transformers import DynamicCache
 
+        ids, mask, cache = self._rows_after_head(token_lists, prefix)
         cut = 0 if prefix is None else prefix.ids.shape[1]
-        batch = self.tokenizer.pad({"input_ids": [tokens[cut:] for tokens in token_lists]}, padding=True,
-                                   return_tensors="pt")
-        ids, mask = batch["input_ids"].to(self.model.device), batch["attention_mask"].to(self.model.device)
-        if prefix is None:
+        if cache is None:
             cache = DynamicCache(config=self._text_config())
-        else:
-            cache = copy.deepcopy(prefix.cache)
-            cache.batch_repeat_interleave(len(token_lists))
-            head = prefix.ids.expand(len(token_lists), -1)
-            ids, mask = torch.cat([head, ids], dim=1), torch.cat([torch.ones_like(head), mask], dim=1)
         if ids.shape[1] - 1 > cut:  # the tails have more than their last token
             before_last = mask[:, :-1]
             positions = (before_last.cumsum(dim=1) - 1).clamp(min=0)[:, cut:]
@@ -217,6 +193,23 @@ class HFGenerator(Generator):
             "attention_mask": mask.repeat_interleave(rows_per_prompt, dim=0),
             "past_key_values": cache,
         }
+
+    def _rows_after_head(self, rows: list[list[int]], prefix: SharedPrefix | None) -> tuple[Any, Any, Any]:
+        """(ids, mask, cache) for rows left-padded after the shared head; cache is a copy of its KV (or None)."""
+        import copy
+
+        import torch
+
+        cut = 0 if prefix is None else prefix.ids.shape[1]
+        batch = self.tokenizer.pad({"input_ids": [tokens[cut:] for tokens in rows]}, padding=True,
+                                   return_tensors="pt")
+        ids, mask = batch["input_ids"].to(self.model.device), batch["attention_mask"].to(self.model.device)
+        if prefix is None:
+            return ids, mask, None
+        cache = copy.deepcopy(prefix.cache)  # generate extends the cache in place
+        cache.batch_repeat_interleave(len(rows))
+        head = prefix.ids.expand(len(rows), -1)
+        return torch.cat([head, ids], dim=1), torch.cat([torch.ones_like(head), mask], dim=1), cache
 
     def _generation_config(
         self, greedy: bool, temperature: float, top_p: float, max_new_tokens: int, stop: list[str] | None

@@ -4,8 +4,9 @@ No quantisation and no vLLM: GRPO samples with our batched transformers
 generator through a TRL `rollout_func` (appliance.train.rollout). Four settings
 make a CPU step 4-5x faster than TRL's defaults (bench/bench_train_step.py):
 no gradient checkpointing, the fused LM head scoring only labelled positions,
-LoRA on the last third of the layers, and that shared-prefix sampler. Needs trl >= 1.16 (1.15's GRPOTrainer patches a fused LM head
-whose kernels need Triton, which a CPU does not have). Also works on a CUDA
+LoRA on the last third of the layers, and that shared-prefix sampler. Needs
+trl >= 1.16 (1.15's GRPOTrainer patches a fused LM head whose kernels need
+Triton, which a CPU does not have). Also works on a CUDA
 machine without Unsloth (then `use_cpu` is off and the GPU is used in fp32).
 """
 from __future__ import annotations
@@ -47,8 +48,8 @@ def score_only_labelled_positions() -> bool:
     TRL 1.16 scores every position when Triton is not in use (to keep tile shapes fixed on
     compilers like Neuron's); on a CPU that means the 49k-word LM head runs over the whole
     ~650-token prompt although only the ~45 completion tokens carry loss. Deciding "compact"
-    as on CUDA keeps TRL's own torch kernels and makes a SmolLM2 step 2.5x faster (8 x 640
-    tokens: 13.4 s -> 5.4 s, measured). Returns False, changing nothing, if TRL's internals moved.
+    as on CUDA keeps TRL's own torch kernels and made a SmolLM2 step 2.5x faster in an ad-hoc
+    run (8 x 640 tokens: 13.4 s -> 5.4 s); bench/bench_train_step.py measures it with the rest. Returns False, changing nothing, if TRL's internals moved.
     """
     try:
         import trl.trainer.utils as trl_utils
