@@ -36,7 +36,7 @@ class PipelineSettings:
         "help": "samples per task in the baseline; 1 = greedy, which the gate can reuse; >1 adds pass@k"})
     eval_limit: int | None = field(default=None, metadata={"help": "held-out tasks per eval (None: all)"})
     # Measured on 2 CPU cores with SmolLM2-135M (README, "Learning"): 150 SFT steps of 8 are two passes
-    # over workplace-single's 600 train tasks (~16 min); 30 GRPO steps of 2 x 8 rollouts take ~15 min.
+    # over workplace-single's 600 train tasks (~16 min); 30 GRPO steps of 4 x 4 rollouts take ~18 min.
     sft_steps: int = field(default=150, metadata={"help": "SFT steps when SFT is recommended"})
     grpo_steps: int = field(default=30, metadata={"help": "GRPO steps"})
     checkpoints_root: str = field(default="checkpoints", metadata={"help": "adapter registry"})
