@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from appliance.errors import ApplianceError
-from appliance.task import BUCKETS, Task, Verdict
+from appliance.task import BUCKETS, Task, ToolCall, Verdict
 from appliance.verify import Verifier
 
 COMPONENTS = ("completed", "right_tool", "valid_artifact", "partial_arguments", "unsafe")
@@ -147,17 +147,32 @@ class _VerdictCache:
 
     def batch(self, completions: Sequence[Any], kwargs: Mapping[str, Any]) -> list[Verdict]:
         task_ids = _task_ids(kwargs, len(completions))
+        trajectories = kwargs.get("agent_trajectory")
+        if trajectories is not None:  # multi-turn episodes: score what the agent loop did, not the text
+            return [self.trajectory_verdict(str(tid), t) for tid, t in zip(task_ids, trajectories)]
         return [self.verdict(str(tid), completion_text(c)) for tid, c in zip(task_ids, completions)]
 
     def verdict(self, task_id: str, text: str) -> Verdict:
-        key = (task_id, text)
+        return self._cached((task_id, text), lambda: self.verifier.verify(self.lookup_task(task_id), text))
+
+    def trajectory_verdict(self, task_id: str, trajectory: Mapping[str, Any]) -> Verdict:
+        key = (task_id, "episode:" + json.dumps(trajectory, sort_keys=True, default=str))
+        return self._cached(key, lambda: verify_trajectory(self.verifier, self.lookup_task(task_id), trajectory))
+
+    def _cached(self, key: tuple[str, str], compute: Callable[[], Verdict]) -> Verdict:
         found = self._verdicts.get(key)
         if found is None:
-            found = self.verifier.verify(self.lookup_task(task_id), text)
-            self._verdicts[key] = found
+            found = self._verdicts[key] = compute()
             if len(self._verdicts) > VERDICT_CACHE_SIZE:
                 self._verdicts.popitem(last=False)
         return found
+
+
+def verify_trajectory(verifier: Verifier, task: Task, trajectory: Mapping[str, Any]) -> Verdict:
+    """The verdict eval gives a multi-turn trajectory (appliance.train.multiturn.trajectory_record)."""
+    calls = [ToolCall.from_json(call) for call in trajectory.get("calls") or ()]
+    return verifier.verify_calls(task, calls, parse_ok=bool(trajectory.get("parse_ok", True)),
+                                 raised=bool(trajectory.get("raised", False)))
 
 
 def _task_ids(kwargs: Mapping[str, Any], count: int) -> list[Any]:

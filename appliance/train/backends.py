@@ -33,8 +33,11 @@ class Backend(Protocol):
 
     def make_grpo_trainer(self, model: Any, tokenizer: Any, dataset: Any, config: "TrainConfig",
                           args: dict[str, Any], reward_funcs: list[Callable], callbacks: list[Any],
-                          trainer_mixin: type | None = None) -> Any:
-        """A TRL GRPOTrainer (optionally with our mixin first in the MRO) with `args` as GRPOConfig kwargs."""
+                          trainer_mixin: type | None = None, episodes: Any = None) -> Any:
+        """A TRL GRPOTrainer (optionally with our mixin first in the MRO) with `args` as GRPOConfig kwargs.
+
+        `episodes` (an `appliance.train.multiturn.AgentEpisodes`) makes every rollout a multi-turn episode.
+        """
 
     def save_adapter(self, model: Any, out_dir: str) -> None:
         """Write the LoRA as a PEFT folder (adapter_model.safetensors + adapter_config.json)."""

@@ -260,16 +260,21 @@ def train_with_guard(run: RunContext, trainer: Any) -> None:
     try:
         trainer.train(resume_from_checkpoint=str(run.resume_checkpoint) if run.resume_checkpoint else None)
     except BaseException as err:
-        message = str(err)
         if run.backend.is_out_of_memory(err):
             err = oom_error(run.config, run.run_id)
-            message = str(err)
-        run.writer.update_run(status="failed" if not isinstance(err, KeyboardInterrupt) else "stopped",
-                              error=message[:500], finished_at=time.time())
-        run.emit(RunFailed(run_id=run.run_id, error=message))
+        fail_run(run, err)
         if isinstance(err, ApplianceError):
             raise err from None
         raise
+
+
+def fail_run(run: RunContext, err: BaseException) -> BaseException:
+    """Record a run as failed (or stopped, for Ctrl-C) in the store and as an event; returns `err` to raise."""
+    message = str(err)
+    run.writer.update_run(status="failed" if not isinstance(err, KeyboardInterrupt) else "stopped",
+                          error=message[:500], finished_at=time.time())
+    run.emit(RunFailed(run_id=run.run_id, error=message))
+    return err
 
 
 def finish_run(run: RunContext, started: float) -> TrainResult:

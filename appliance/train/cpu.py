@@ -105,18 +105,23 @@ class CpuBackend:
 
     def make_grpo_trainer(self, model: Any, tokenizer: Any, dataset: Any, config: TrainConfig,
                           args: dict[str, Any], reward_funcs: list[Callable], callbacks: list[Any],
-                          trainer_mixin: type | None = None) -> Any:
+                          trainer_mixin: type | None = None, episodes: Any = None) -> Any:
+        rollout = self.rollout_func(tokenizer, config, episodes)
         return build_grpo_trainer(model, tokenizer, dataset, {**args, **self.backend_args(), "use_vllm": False},
-                                  reward_funcs, callbacks, trainer_mixin, rollout_func=self.rollout_func(tokenizer, config))
+                                  reward_funcs, callbacks, trainer_mixin, rollout_func=rollout)
 
-    def rollout_func(self, tokenizer: Any, config: TrainConfig) -> Callable:
-        """Sampling that prefills each prompt once per group (appliance.train.rollout)."""
+    def rollout_func(self, tokenizer: Any, config: TrainConfig, episodes: Any = None) -> Callable:
+        """Sampling that prefills each prompt once per group (appliance.train.rollout), or, given
+        `episodes`, whole multi-turn episodes in the tasks' worlds (appliance.train.multiturn)."""
         import os
 
+        from .multiturn import MultiTurnRollout
         from .rollout import SharedPrefixRollout
 
         # TRL warns that rollout_func is experimental on every run; we chose it knowingly (pinned TRL).
         os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+        if episodes is not None:
+            return MultiTurnRollout(tokenizer, config, episodes)
         return SharedPrefixRollout(tokenizer, config)
 
     def save_adapter(self, model: Any, out_dir: str | Path) -> None:

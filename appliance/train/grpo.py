@@ -7,9 +7,11 @@ The variant is a preset of explicit TRL options (presets.py). Everything else
 here is bookkeeping: the recorder writes every rollout with its verdict to the
 store, the callback emits metrics and saves checkpoints.
 
-Simplifications: single-turn (the whole expected call list is one answer, as
-in eval's single-turn mode); one update per generation batch (num_iterations=1,
-so the importance ratio is 1 and clipping only matters under vLLM mismatch).
+Packs with `max_turns > 1` train on whole episodes, as eval runs them: the
+model's turns, the world's tool results between them (masked from the loss),
+scored on the trajectory (multiturn.py; cpu backend). One update per
+generation batch (num_iterations=1, so the importance ratio is 1 and clipping
+only matters under vLLM mismatch).
 """
 from __future__ import annotations
 
@@ -19,8 +21,10 @@ from typing import Any, Callable
 
 from ..events import EventSink, null_sink
 from .callbacks import ApplianceGRPOMixin, build_callback
-from .common import TrainResult, finish_run, prompt_for, start_run, train_with_guard, trainer_args
+from .common import TrainResult, fail_run, finish_run, prompt_for, start_run, train_with_guard, trainer_args
+from ..errors import ApplianceError
 from .config import TrainConfig
+from .multiturn import MULTI_TURN_CPU_ONLY, agent_episodes, is_multi_turn
 from .presets import filters_zero_variance, grpo_options
 from .recorder import RolloutRecorder
 
@@ -58,11 +62,19 @@ def default_reward_funcs(pack: Any) -> tuple[list[Callable], list[float] | None]
     return list(funcs), weights
 
 
-def make_verify(pack: Any) -> Callable[[str, str], Any]:
+def make_verify(pack: Any) -> Callable[..., Any]:
+    """`verify(task_id, text, trajectory=None)`: the trajectory, when a multi-turn episode gives one, decides."""
+    from ..rewards import verify_trajectory
     from ..verify import Verifier
 
     verifier = Verifier.for_pack(pack)
-    return lambda task_id, text: verifier.verify(pack.task(task_id), text)
+
+    def verify(task_id: str, text: str, trajectory: dict[str, Any] | None = None) -> Any:
+        if trajectory is not None:
+            return verify_trajectory(verifier, pack.task(task_id), trajectory)
+        return verifier.verify(pack.task(task_id), text)
+
+    return verify
 
 
 def run_grpo(config: TrainConfig, *, sink: EventSink = null_sink,
@@ -78,6 +90,8 @@ def run_grpo(config: TrainConfig, *, sink: EventSink = null_sink,
 
     started = time.perf_counter()
     run = start_run(dataclasses.replace(config, stage="grpo"), "grpo", sink, pack=pack, workspace=workspace)
+    if is_multi_turn(run.pack) and run.backend.name != "cpu":
+        raise fail_run(run, ApplianceError(MULTI_TURN_CPU_ONLY))
     if reward_funcs is None:
         reward_funcs, reward_weights = default_reward_funcs(run.pack)
     recorder = RolloutRecorder(run.run_id, reward_funcs, reward_weights,
@@ -85,13 +99,15 @@ def run_grpo(config: TrainConfig, *, sink: EventSink = null_sink,
                                write_rows=lambda rows: run.workspace.append("rollouts", rows), sink=run.sink,
                                skip_through_step=max(run.writer.last_step, 0))
     model, tokenizer = run.backend.load_for_training(run.config)
-    dataset = Dataset.from_list(grpo_rows(run.pack, tokenizer))
+    rows = grpo_rows(run.pack, tokenizer)
+    dataset = Dataset.from_list(rows)
+    episodes = agent_episodes(run.pack, tokenizer, rows) if is_multi_turn(run.pack) else None
     args = grpo_args(run.config, run)
     if reward_weights is not None:
         args["reward_weights"] = list(reward_weights)
     trainer = run.backend.make_grpo_trainer(model, tokenizer, dataset, run.config, args, recorder.wrapped,
                                             [build_callback(run, recorder=recorder, on_eval=on_eval)],
-                                            trainer_mixin=ApplianceGRPOMixin)
+                                            trainer_mixin=ApplianceGRPOMixin, episodes=episodes)
     trainer.appliance_recorder = recorder
     trainer.appliance_filter_zero_variance = filters_zero_variance(run.config.preset)
     train_with_guard(run, trainer)

@@ -73,6 +73,9 @@ class RolloutRecorder:
         task_ids = kwargs.get("task_id") or [""] * len(completions)
         prompt_tokens = kwargs.get("prompt_tokens") or [None] * len(completions)
         completion_ids = kwargs.get("completion_ids") or [None] * len(completions)
+        trajectories = kwargs.get("agent_trajectory") or [None] * len(completions)
+        # A multi-turn episode is stored as its transcript (chat markers kept), not TRL's marker-less decode.
+        completions = kwargs.get("transcript") or completions
         seen: dict[str, int] = {}
         rows = []
         for i, (prompt, completion) in enumerate(zip(prompts, completions)):
@@ -87,15 +90,15 @@ class RolloutRecorder:
                 "completion_tokens": len(completion_ids[i]) if completion_ids[i] is not None else None,
                 "reward": _weighted_total(components, self.names, self.weights),
                 "components": {k: v for k, v in components.items() if not math.isnan(v)},
-                **self._verdict_fields(task_id, _as_text(completion)),
+                **self._verdict_fields(task_id, _as_text(completion), trajectories[i]),
             })
         self._pending = rows
         self._buffer.extend(rows)
 
-    def _verdict_fields(self, task_id: str, completion: str) -> dict[str, Any]:
+    def _verdict_fields(self, task_id: str, completion: str, trajectory: dict | None = None) -> dict[str, Any]:
         if self.verify is None:
             return {}
-        verdict = self.verify(task_id, completion)
+        verdict = self.verify(task_id, completion) if trajectory is None else self.verify(task_id, completion, trajectory)
         if verdict is None:
             return {}
         return {**verdict.to_row(), "bucket": verdict.bucket}

@@ -36,7 +36,7 @@ class SharedPrefixRollout:
         groups = [(prompt, len(list(run))) for prompt, run in groupby(texts)]
         generator = HFGenerator(trainer.model, self.tokenizer, batch_size=len(texts))
         per_group: list[list[Any]] = [[] for _ in groups]
-        with self._sampling_mode(trainer.model):
+        with sampling_mode(trainer.model):
             for size in dict.fromkeys(n for _, n in groups):  # usually one size: num_generations
                 indices = [i for i, (_, n) in enumerate(groups) if n == size]
                 samples = generator.generate([groups[i][0] for i in indices], n=size,
@@ -49,15 +49,17 @@ class SharedPrefixRollout:
         prompt_ids = [list(ids) for ids, (_, n) in zip(group_ids, groups) for _ in range(n)]
         return {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": None}
 
-    @contextlib.contextmanager
-    def _sampling_mode(self, model: Any):
-        import torch
 
-        was_training = model.training
-        model.eval()
-        try:
-            with torch.no_grad(), torch.autocast("cpu", enabled=False):
-                yield
-        finally:
-            model.train(was_training)
+@contextlib.contextmanager
+def sampling_mode(model: Any):
+    """Eval mode, no gradients and fp32 (autocast off) for sampling; the training mode comes back after."""
+    import torch
+
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad(), torch.autocast("cpu", enabled=False):
+            yield
+    finally:
+        model.train(was_training)
 

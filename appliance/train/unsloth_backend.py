@@ -22,7 +22,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .backends import build_grpo_trainer, build_sft_trainer
+from ..errors import ApplianceError
 from .config import ALL_LINEAR, ALL_LINEAR_MODULES, TrainConfig
+from .multiturn import MULTI_TURN_CPU_ONLY
 
 
 def _import_unsloth(standby: bool) -> Any:
@@ -87,7 +89,9 @@ class UnslothBackend:
 
     def make_grpo_trainer(self, model: Any, tokenizer: Any, dataset: Any, config: TrainConfig,
                           args: dict[str, Any], reward_funcs: list[Callable], callbacks: list[Any],
-                          trainer_mixin: type | None = None) -> Any:
+                          trainer_mixin: type | None = None, episodes: Any = None) -> Any:
+        if episodes is not None:
+            raise ApplianceError(MULTI_TURN_CPU_ONLY)
         # Unsloth patched TRL's classes on import: colocate mode samples through its shared-weight vLLM engine.
         colocated = {"use_vllm": True, "vllm_mode": "colocate",
                      "vllm_gpu_memory_utilization": config.gpu_memory_utilization}
