@@ -205,3 +205,25 @@ def test_shared_prefix_rollout_returns_one_completion_per_repeated_prompt(tiny_m
     eos = tokenizer.eos_token_id
     assert all(len(ids) == 7 or ids[-1] == eos for ids in out["completion_ids"])  # EOS kept when it stopped
     assert model.training  # back in training mode for the update
+
+
+def test_grpo_warns_when_expected_answers_exceed_the_sampling_budget():
+    from types import SimpleNamespace
+
+    from appliance.task import Task, ToolCall
+    from appliance.train.grpo import warn_unreachable_answers
+
+    class Chars:  # one token per character
+        def __call__(self, text, add_special_tokens=False):
+            return {"input_ids": list(text)}
+
+    tasks = [Task(id=f"t{i}", messages=[{"role": "user", "content": "hi"}],
+                  expected=(ToolCall("send_email", {"to": "x" * n}),)) for i, n in enumerate((1, 80))]
+    seen = []
+    run = SimpleNamespace(config=SimpleNamespace(max_completion_tokens=64), run_id="r", emit=seen.append,
+                          pack=SimpleNamespace(max_turns=1, tasks=lambda split: tasks))
+    assert warn_unreachable_answers(run, Chars()) == 1
+    assert seen and "1 of 2 train tasks" in seen[0].message and "--max-completion-tokens" in seen[0].message
+    run.config.max_completion_tokens = 200
+    seen.clear()
+    assert warn_unreachable_answers(run, Chars()) == 0 and not seen

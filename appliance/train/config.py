@@ -65,8 +65,9 @@ class TrainConfig:
         "GRPO group size: completions sampled per prompt; advantages are relative within a group."))
     prompts_per_step: int = field(default=4, metadata=_help(
         "GRPO only: distinct prompts per step (each sampled num_generations times)."))
-    max_completion_tokens: int = field(default=64, metadata=_help(
-        "Longest completion sampled (GRPO) or trained on (SFT, added to the prompt length)."))
+    max_completion_tokens: int = field(default=96, metadata=_help(
+        "GRPO: the most tokens sampled per turn (eval's budget is 96; workplace-single's longest expected "
+        "call is 89 tokens, and a task whose answer cannot fit can never earn its reward)."))
     max_seq_length: int = field(default=2048, metadata=_help(
         "Longest prompt + completion in tokens (SFT truncates beyond it; Unsloth sizes its buffers with it)."))
     temperature: float = field(default=0.7, metadata=_help("Sampling temperature for GRPO rollouts."))

@@ -38,6 +38,24 @@ def grpo_rows(pack: Any, tokenizer: Any, split: str = "train") -> list[dict[str,
     return rows
 
 
+def warn_unreachable_answers(run: Any, tokenizer: Any) -> int:
+    """Warn when expected answers are longer than the sampling budget: those tasks can never score."""
+    from ..events import Log
+    from ..prompting import render_completion
+
+    if is_multi_turn(run.pack):  # a turn holds one call, not the whole expected list
+        return 0
+    budget = run.config.max_completion_tokens
+    tasks = run.pack.tasks("train")
+    too_long = [task for task in tasks  # + 1: the end-of-turn token
+                if len(tokenizer(render_completion(task.expected), add_special_tokens=False)["input_ids"]) + 1 > budget]
+    if too_long:
+        run.emit(Log(run_id=run.run_id, level="warning", message=(
+            f"{len(too_long)} of {len(tasks)} train tasks need more than max_completion_tokens={budget} tokens "
+            f"for their answer and can never earn a reward; raise --max-completion-tokens")))
+    return len(too_long)
+
+
 def grpo_args(config: TrainConfig, run: Any) -> dict[str, Any]:
     return {
         **trainer_args(config, run),
@@ -100,6 +118,7 @@ def run_grpo(config: TrainConfig, *, sink: EventSink = null_sink,
                                skip_through_step=max(run.writer.last_step, 0))
     model, tokenizer = run.backend.load_for_training(run.config)
     rows = grpo_rows(run.pack, tokenizer)
+    warn_unreachable_answers(run, tokenizer)
     dataset = Dataset.from_list(rows)
     episodes = agent_episodes(run.pack, tokenizer, rows) if is_multi_turn(run.pack) else None
     args = grpo_args(run.config, run)
