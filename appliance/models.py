@@ -288,6 +288,8 @@ def load_model(
     model, tokenizer = _from_pretrained(ref, location, dtype)
     _ensure_pad_token(model, tokenizer)
     tokenizer.padding_side = "right" if for_training else "left"
+    # Byte-level BPE needs no clean-up, and TRL decodes with the tokenizer's own setting (a warning otherwise).
+    tokenizer.clean_up_tokenization_spaces = False
     if adapter is not None:
         model = _attach_adapter(model, Path(adapter), for_training)
     model.train(for_training)

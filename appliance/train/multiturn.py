@@ -106,7 +106,8 @@ class MultiTurnRollout:
             "logprobs": None,
             "env_mask": [mask for _, mask in rows],
             "agent_trajectory": [trajectory_record(tr) for tr in trajectories],
-            "transcript": [self.tokenizer.decode(ids, skip_special_tokens=False) for ids, _ in rows],
+            "transcript": [self.tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+                           for ids, _ in rows],
         }
 
     def _task(self, prompt: str) -> Any:
