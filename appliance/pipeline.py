@@ -36,7 +36,7 @@ class PipelineSettings:
         "help": "samples per task in the baseline; 1 = greedy, which the gate can reuse; >1 adds pass@k"})
     eval_limit: int | None = field(default=None, metadata={"help": "held-out tasks per eval (None: all)"})
     # Measured on 2 CPU cores with SmolLM2-135M (README, "Learning"): 150 SFT steps of 8 are two passes
-    # over workplace-single's 600 train tasks (~16 min); 30 GRPO steps of 4 x 4 rollouts take ~18 min.
+    # over workplace-single's 600 train tasks (~16 min); 30 GRPO steps of 4 x 4 rollouts take ~20 min.
     sft_steps: int = field(default=150, metadata={"help": "SFT steps when SFT is recommended"})
     grpo_steps: int = field(default=30, metadata={"help": "GRPO steps"})
     checkpoints_root: str = field(default="checkpoints", metadata={"help": "adapter registry"})
@@ -147,6 +147,7 @@ def _train(s: PipelineSettings, action: str, workspace: Any, sink: EventSink,
            result: PipelineResult) -> tuple[str, str | None]:
     """SFT when recommended, then GRPO; returns the final adapter and its held-out eval id."""
     init: list[str] = []
+    sft_adapter = None
     if action in ("sft", "out_of_reach"):
         t0 = time.perf_counter()
         sft_adapter = _train_stage("sft", s, workspace, sink, [])
@@ -159,7 +160,24 @@ def _train(s: PipelineSettings, action: str, workspace: Any, sink: EventSink,
     _timed(result, "grpo", t0)
     result.lines.append(f"GRPO: {s.grpo_steps} steps → {grpo_adapter} ({result.stages_s['grpo']:.0f}s)"
                         + _heldout_line(grpo_adapter))
+    if sft_adapter is not None:
+        result.lines.extend(_grpo_vs_start(workspace, sft_adapter, grpo_adapter))
     return grpo_adapter, _heldout(grpo_adapter).get("eval_id")
+
+
+def _grpo_vs_start(workspace: Any, start: str, grpo: str) -> list[str]:
+    """Did GRPO itself help? Its held-out eval against its SFT start's, paired by task."""
+    from appliance.evaluate.compare import paired_bootstrap
+    from appliance.evaluate.stored import per_task_success
+
+    start_eval, grpo_eval = _heldout(start).get("eval_id"), _heldout(grpo).get("eval_id")
+    if not start_eval or not grpo_eval:
+        return []
+    delta = paired_bootstrap(per_task_success(workspace, start_eval), per_task_success(workspace, grpo_eval))
+    verdict = ("improves" if delta.significant_improvement else
+               "regresses" if delta.significant_regression else "no change that holds statistically")
+    return [f"GRPO vs its SFT start: {delta.delta * 100:+.1f} points on held-out success "
+            f"(95% interval {delta.low * 100:+.1f} … {delta.high * 100:+.1f}, {delta.n_tasks} tasks): {verdict}"]
 
 
 def _heldout(adapter: str) -> dict[str, Any]:

@@ -16,6 +16,7 @@ def test_quick_pipeline_runs_every_stage_and_stores_the_decision(tiny_model_dir,
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "recommendation: sft" in proc.stdout
     assert "SFT: 4 steps" in proc.stdout and "GRPO: 2 steps" in proc.stdout
+    assert "GRPO vs its SFT start:" in proc.stdout and "points on held-out success" in proc.stdout
     assert "PROMOTED" in proc.stdout  # promoted or NOT PROMOTED, with the gate's reasons
     ws = Workspace.open(ws_path)
     _, kinds = ws.query("SELECT kind, status FROM runs ORDER BY started_at")
