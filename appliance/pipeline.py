@@ -36,7 +36,7 @@ class PipelineSettings:
         "help": "samples per task in the baseline; 1 = greedy, which the gate can reuse; >1 adds pass@k"})
     eval_limit: int | None = field(default=None, metadata={"help": "held-out tasks per eval (None: all)"})
     # Measured on 2 CPU cores with SmolLM2-135M (README, "Learning"): 150 SFT steps of 8 are two passes
-    # over workplace-single's 600 train tasks (~16 min); 30 GRPO steps of 4 x 4 rollouts take ~20 min.
+    # over workplace-single's 600 train tasks (16-22 min); 30 GRPO steps of 4 x 4 rollouts take 15-35 min.
     sft_steps: int = field(default=150, metadata={"help": "SFT steps when SFT is recommended"})
     grpo_steps: int = field(default=30, metadata={"help": "GRPO steps"})
     checkpoints_root: str = field(default="checkpoints", metadata={"help": "adapter registry"})
@@ -174,10 +174,12 @@ def _grpo_vs_start(workspace: Any, start: str, grpo: str) -> list[str]:
     if not start_eval or not grpo_eval:
         return []
     delta = paired_bootstrap(per_task_success(workspace, start_eval), per_task_success(workspace, grpo_eval))
+    if not delta.n_tasks:
+        return []
     verdict = ("improves" if delta.significant_improvement else
                "regresses" if delta.significant_regression else "no change that holds statistically")
     return [f"GRPO vs its SFT start: {delta.delta * 100:+.1f} points on held-out success "
-            f"(95% interval {delta.low * 100:+.1f} … {delta.high * 100:+.1f}, {delta.n_tasks} tasks): {verdict}"]
+            f"({delta.confidence:.0%} interval {delta.low * 100:+.1f} … {delta.high * 100:+.1f}, {delta.n_tasks} tasks): {verdict}"]
 
 
 def _heldout(adapter: str) -> dict[str, Any]:

@@ -149,6 +149,8 @@ class _VerdictCache:
         task_ids = _task_ids(kwargs, len(completions))
         trajectories = kwargs.get("agent_trajectory")
         if trajectories is not None:  # multi-turn episodes: score what the agent loop did, not the text
+            if len(trajectories) != len(task_ids):
+                raise ApplianceError(f"got {len(trajectories)} trajectories for {len(task_ids)} completions")
             return [self.trajectory_verdict(str(tid), t) for tid, t in zip(task_ids, trajectories)]
         return [self.verdict(str(tid), completion_text(c)) for tid, c in zip(task_ids, completions)]
 

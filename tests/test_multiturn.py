@@ -133,8 +133,49 @@ def test_multi_turn_grpo_refuses_the_gpu_backend_with_advice(multi_config, monke
 
     class FakeGpu:
         name = "unsloth"
+        supports_multi_turn = False
 
     monkeypatch.setattr(common, "get_backend", lambda name, config=None: FakeGpu())
     monkeypatch.setattr(common, "pick_backend", lambda requested: ("unsloth", "test"))
     with pytest.raises(ApplianceError, match="--backend cpu"):
         run_grpo(dataclasses.replace(multi_config, backend="unsloth"))
+
+
+def test_a_turn_cut_off_by_the_budget_keeps_its_end_of_turn_marker_masked(pack, tokenizer):
+    """The sampled turn has no <|im_end|>; the template's one belongs to the masked tool text."""
+
+    class CutGenerator(ScriptedGenerator):
+        def generate(self, prompts, **kwargs):
+            samples = super().generate(prompts, **kwargs)
+            if self.turn == 1:  # the first turn parses but ran out of tokens before its end-of-turn token
+                samples = [[Sample(text=s[0].text, completion_tokens=len(s[0].token_ids) - 1, prompt_tokens=0,
+                                   latency_s=0.0, finish_reason="length", token_ids=s[0].token_ids[:-1])]
+                           for s in samples]
+            return samples
+
+    rows = [row for row in grpo_rows(pack, tokenizer) if row["task_id"] == "wm-train-0000"]
+    script = [json.dumps(SEARCH), "Done."]
+    rollout = MultiTurnRollout(tokenizer, TrainConfig(temperature=1.0), agent_episodes(pack, tokenizer, rows),
+                               make_generator=lambda model, tok, size: CutGenerator(tok, script))
+    trainer = SimpleNamespace(model=SimpleNamespace(training=True, eval=lambda: None, train=lambda mode=True: None))
+    out = rollout([rows[0]["prompt"]], trainer)
+    ids, mask = out["completion_ids"][0], out["env_mask"][0]
+    first_turn = len(tokenizer(script[0], add_special_tokens=False)["input_ids"])
+    assert mask[:first_turn] == [1] * first_turn
+    assert ids[first_turn] == tokenizer.eos_token_id and mask[first_turn] == 0  # the template's <|im_end|>
+    assert out["model_tokens"] == [sum(mask)] and ids[-1] == tokenizer.eos_token_id
+
+
+def test_a_template_that_rewrites_turns_is_refused_before_training(pack, tokenizer, monkeypatch):
+    import appliance.prompting as prompting
+    from appliance.errors import ApplianceError
+
+    real = prompting.render_prompt
+
+    def stripping(tokenizer, system_prompt, messages, tools=()):  # a template that strips braces from turns
+        return real(tokenizer, system_prompt, [{**m, "content": str(m.get("content", "")).strip("{}")}
+                                               for m in messages], tools)
+
+    monkeypatch.setattr(prompting, "render_prompt", stripping)
+    with pytest.raises(ApplianceError, match="rewrites the model's own turns"):
+        agent_episodes(pack, tokenizer, grpo_rows(pack, tokenizer)[:1])

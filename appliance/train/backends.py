@@ -15,6 +15,7 @@ from ..errors import ApplianceError
 
 if TYPE_CHECKING:  # pragma: no cover
     from .config import TrainConfig
+    from .multiturn import AgentEpisodes
 
 BACKEND_MODULES = {"cpu": "appliance.train.cpu", "unsloth": "appliance.train.unsloth_backend"}
 
@@ -23,6 +24,7 @@ class Backend(Protocol):
     """What the shared training code needs from a backend."""
 
     name: str
+    supports_multi_turn: bool  # whether make_grpo_trainer takes `episodes` (packs with max_turns > 1)
 
     def load_for_training(self, config: "TrainConfig") -> tuple[Any, Any]:
         """Return (peft_model, tokenizer): the base model with a trainable LoRA (new or from init_adapter)."""
@@ -33,7 +35,7 @@ class Backend(Protocol):
 
     def make_grpo_trainer(self, model: Any, tokenizer: Any, dataset: Any, config: "TrainConfig",
                           args: dict[str, Any], reward_funcs: list[Callable], callbacks: list[Any],
-                          trainer_mixin: type | None = None, episodes: Any = None) -> Any:
+                          trainer_mixin: type | None = None, episodes: "AgentEpisodes | None" = None) -> Any:
         """A TRL GRPOTrainer (optionally with our mixin first in the MRO) with `args` as GRPOConfig kwargs.
 
         `episodes` (an `appliance.train.multiturn.AgentEpisodes`) makes every rollout a multi-turn episode.

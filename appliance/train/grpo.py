@@ -19,10 +19,10 @@ import dataclasses
 import time
 from typing import Any, Callable
 
+from ..errors import ApplianceError
 from ..events import EventSink, null_sink
 from .callbacks import ApplianceGRPOMixin, build_callback
 from .common import TrainResult, fail_run, finish_run, prompt_for, start_run, train_with_guard, trainer_args
-from ..errors import ApplianceError
 from .config import TrainConfig
 from .multiturn import MULTI_TURN_CPU_ONLY, agent_episodes, is_multi_turn
 from .presets import filters_zero_variance, grpo_options
@@ -62,7 +62,8 @@ def grpo_args(config: TrainConfig, run: Any) -> dict[str, Any]:
         **grpo_options(config.preset, beta=config.beta, epsilon=config.epsilon, epsilon_high=config.epsilon_high),
         "per_device_train_batch_size": config.prompts_per_step * config.num_generations,
         "num_generations": config.num_generations,
-        "max_completion_length": config.max_completion_tokens,
+        # Dr. GRPO divides by this: an episode can hold max_turns turns of the per-turn budget.
+        "max_completion_length": config.max_completion_tokens * max(1, int(getattr(run.pack, "max_turns", 1) or 1)),
         "temperature": config.temperature,
         "top_p": 1.0,
         "remove_unused_columns": False,
@@ -98,17 +99,19 @@ def make_verify(pack: Any) -> Callable[..., Any]:
 def run_grpo(config: TrainConfig, *, sink: EventSink = null_sink,
              on_eval: Callable[..., dict] | None = None, pack: Any = None, workspace: Any = None,
              reward_funcs: list[Callable] | None = None, reward_weights: list[float] | None = None,
-             verify: Callable[[str, str], Any] | None = None) -> TrainResult:
+             verify: Callable[..., Any] | None = None) -> TrainResult:
     """Train a LoRA with GRPO on `config.pack`'s train split (from init_adapter if given).
 
     reward_funcs / reward_weights / verify default to the pack's reward scheme
     and verifier; they are parameters so a caller can audit or swap a reward.
+    `verify(task_id, text)` also gets a third argument, the episode's trajectory
+    record, on a multi-turn pack.
     """
     from datasets import Dataset
 
     started = time.perf_counter()
     run = start_run(dataclasses.replace(config, stage="grpo"), "grpo", sink, pack=pack, workspace=workspace)
-    if is_multi_turn(run.pack) and run.backend.name != "cpu":
+    if is_multi_turn(run.pack) and not run.backend.supports_multi_turn:
         raise fail_run(run, ApplianceError(MULTI_TURN_CPU_ONLY))
     if reward_funcs is None:
         reward_funcs, reward_weights = default_reward_funcs(run.pack)

@@ -17,12 +17,13 @@ its next turn, and so on, exactly as `appliance eval` runs it
   rollout recorder score this with the verifier's `verify_calls`, the same
   scoring eval gives a trajectory, instead of re-parsing text that now
   contains tool output.
-- `transcript`: the completion with its chat markers, for the store.
+- `transcript`: the completion with its chat markers, for the store, and
+  `model_tokens`: how many of its tokens the model wrote.
 
 Tool messages are tokenized from the chat template's own rendering: the text
 between the prompt before a turn and the prompt after it, minus the model's
 turn. A template that rewrites what the model said (strips or reformats it)
-cannot give exact tokens, and the rollout says so rather than train on guesses.
+cannot give exact tokens; `agent_episodes` checks that before training starts.
 Later turns are sampled from the re-rendered prompt (`HFGenerator` takes text),
 so their context is the re-tokenized earlier turns; SmolLM2's template keeps
 turns verbatim, and a turn ends at a special token, which re-tokenizes alike.
@@ -30,15 +31,21 @@ turns verbatim, and a turn ends at a special token, which re-tokenizes alike.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..errors import ApplianceError
 from .config import TrainConfig
 from .rollout import sampling_mode
 
+if TYPE_CHECKING:  # pragma: no cover
+    from appliance.evaluate.agent import Trajectory
+
 # TRL's vLLM path samples one turn per prompt; our episodes sample through HFGenerator, written for the CPU.
 MULTI_TURN_CPU_ONLY = ("multi-turn GRPO (a pack with max_turns > 1) runs on the cpu backend for now; "
                        "pass --backend cpu, or train a single-turn pack on the GPU")
+TEMPLATE_REWRITES_TURNS = ("this model's chat template rewrites the model's own turns, so multi-turn GRPO "
+                           "cannot rebuild an episode's tokens; train this pack single-turn or use a model "
+                           "whose template keeps turns verbatim")
 
 
 def is_multi_turn(pack: Any) -> bool:
@@ -63,7 +70,22 @@ def agent_episodes(pack: Any, tokenizer: Any, rows: list[dict[str, Any]]) -> Age
 
     # Two tasks with one prompt are one request in one world; either task scores it the same way.
     tasks = {row["prompt"]: pack.task(row["task_id"]) for row in reversed(rows)}
+    if tasks:  # fail before training starts, not at the first two-turn episode minutes later
+        task = next(iter(tasks.values()))
+        probe = '{"name": "probe", "arguments": {}}'
+        _text_between(render, task, list(task.messages), probe,
+                      [*task.messages, {"role": "assistant", "content": probe},
+                       {"role": "tool", "name": "probe", "content": "probe result"}])
     return AgentEpisodes(tasks_by_prompt=tasks, render=render, max_turns=int(pack.max_turns))
+
+
+def _text_between(render: Callable[[Any, list[dict[str, Any]]], str], task: Any, before: list[dict[str, Any]],
+                  output: str, after: list[dict[str, Any]]) -> str:
+    """What the template renders after the model's turn `output`: the tool messages and the next header."""
+    prompt_before, prompt_after = render(task, before), render(task, after)
+    if not prompt_after.startswith(prompt_before + output):
+        raise ApplianceError(TEMPLATE_REWRITES_TURNS)
+    return prompt_after[len(prompt_before) + len(output):]
 
 
 class MultiTurnRollout:
@@ -75,6 +97,7 @@ class MultiTurnRollout:
         self.config = config
         self.episodes = episodes
         self.make_generator = make_generator or _hf_generator
+        self.special_ids = frozenset(tokenizer.all_special_ids)
 
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, Any]:
         from appliance.evaluate.agent import Trajectory, run_trajectories
@@ -84,27 +107,28 @@ class MultiTurnRollout:
         tasks = [self._task(text) for text in texts]
         trajectories = [Trajectory(task=task, sample_index=i, messages=list(task.messages),
                                    world=World.fresh(task.fixture)) for i, task in enumerate(tasks)]
-        sampled: dict[int, list[tuple[int, ...]]] = {id(tr): [] for tr in trajectories}
+        sampled: list[list[tuple[int, ...]]] = [[] for _ in trajectories]  # by sample_index: each turn's tokens
         generator = self.make_generator(trainer.model, self.tokenizer, len(texts))
 
-        def generate_turn(active: list[Any]) -> list[Any]:
+        def generate_turn(active: list[Trajectory]) -> list[Any]:
             turn_prompts = [self.episodes.render(tr.task, tr.messages) for tr in active]
             samples = [group[0] for group in generator.generate(
                 turn_prompts, n=1, temperature=self.config.temperature, top_p=1.0,
                 max_new_tokens=self.config.max_completion_tokens)]
             for tr, sample in zip(active, samples):
-                sampled[id(tr)].append(tuple(sample.token_ids))
+                sampled[tr.sample_index].append(tuple(sample.token_ids))
             return samples
 
         with sampling_mode(trainer.model):
             run_trajectories(trajectories, max_turns=self.episodes.max_turns, generate_turn=generate_turn)
-        rows = [self._episode_tokens(tr, sampled[id(tr)]) for tr in trajectories]
+        rows = [self._episode_tokens(tr, sampled[tr.sample_index]) for tr in trajectories]
         prompt_ids = self.tokenizer(texts, add_special_tokens=False)["input_ids"]
         return {
             "prompt_ids": [list(ids) for ids in prompt_ids],
             "completion_ids": [ids for ids, _ in rows],
             "logprobs": None,
             "env_mask": [mask for _, mask in rows],
+            "model_tokens": [sum(mask) for _, mask in rows],  # TRL keeps env_mask from the reward functions
             "agent_trajectory": [trajectory_record(tr) for tr in trajectories],
             "transcript": [self.tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
                            for ids, _ in rows],
@@ -116,7 +140,7 @@ class MultiTurnRollout:
         except KeyError:
             raise ApplianceError("a GRPO prompt matches no task of the pack; rebuild the dataset from the pack") from None
 
-    def _episode_tokens(self, tr: Any, turns: list[tuple[int, ...]]) -> tuple[list[int], list[int]]:
+    def _episode_tokens(self, tr: Trajectory, turns: list[tuple[int, ...]]) -> tuple[list[int], list[int]]:
         """(completion_ids, env_mask) for one finished trajectory."""
         ids: list[int] = []
         mask: list[int] = []
@@ -129,20 +153,20 @@ class MultiTurnRollout:
             mask += [1] * len(turn_ids)
         return ids, mask
 
-    def _between_turns(self, tr: Any, turn: int, *, previous_turn: tuple[int, ...]) -> list[int]:
+    def _between_turns(self, tr: Trajectory, turn: int, *, previous_turn: tuple[int, ...]) -> list[int]:
         """Tokens of the tool messages after turn `turn - 1` and the header the model answered after."""
         before, output, after = _messages_around(tr, turn)
-        prompt_before = self.episodes.render(tr.task, before)
-        prompt_after = self.episodes.render(tr.task, after)
-        if not prompt_after.startswith(prompt_before + output):
-            raise ApplianceError("this model's chat template rewrites the model's own turns, so multi-turn GRPO "
-                                 "cannot rebuild the episode's tokens; train this pack single-turn or use a "
-                                 "model whose template keeps turns verbatim")
-        text = prompt_after[len(prompt_before) + len(output):]
-        end_of_turn = _end_of_turn_text(previous_turn, self.tokenizer)
+        text = _text_between(self.episodes.render, tr.task, before, output, after)
+        end_of_turn = self._end_of_turn_text(previous_turn)
         if end_of_turn and text.startswith(end_of_turn):
             text = text[len(end_of_turn):]  # the sampled turn already ends with this token
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def _end_of_turn_text(self, turn_ids: tuple[int, ...]) -> str:
+        """The special token a sampled turn ended with (e.g. `<|im_end|>`), or "" when it ran out of tokens."""
+        if not turn_ids or turn_ids[-1] not in self.special_ids:
+            return ""
+        return str(self.tokenizer.convert_ids_to_tokens(turn_ids[-1]))
 
 
 def _hf_generator(model: Any, tokenizer: Any, batch_size: int) -> Any:
@@ -151,7 +175,7 @@ def _hf_generator(model: Any, tokenizer: Any, batch_size: int) -> Any:
     return HFGenerator(model, tokenizer, batch_size=batch_size)
 
 
-def _messages_around(tr: Any, turn: int) -> tuple[list[dict[str, Any]], str, list[dict[str, Any]]]:
+def _messages_around(tr: Trajectory, turn: int) -> tuple[list[dict[str, Any]], str, list[dict[str, Any]]]:
     """(messages the model saw before turn `turn - 1`, that turn's text, messages before turn `turn`)."""
     offset = len(tr.task.messages)  # the task's own messages may include earlier assistant turns
     starts = [offset + i for i, m in enumerate(tr.messages[offset:]) if m.get("role") == "assistant"]
@@ -159,14 +183,7 @@ def _messages_around(tr: Any, turn: int) -> tuple[list[dict[str, Any]], str, lis
     return tr.messages[:first], str(tr.messages[first]["content"]), tr.messages[:following]
 
 
-def _end_of_turn_text(turn_ids: tuple[int, ...], tokenizer: Any) -> str:
-    """The special token a sampled turn ended with (e.g. `<|im_end|>`), or "" when it ran out of tokens."""
-    if not turn_ids or turn_ids[-1] not in set(tokenizer.all_special_ids):
-        return ""
-    return str(tokenizer.convert_ids_to_tokens(turn_ids[-1]))
-
-
-def trajectory_record(tr: Any) -> dict[str, Any]:
+def trajectory_record(tr: Trajectory) -> dict[str, Any]:
     """What scoring needs from a trajectory, as plain data (TRL passes it on to the reward functions)."""
     return {"calls": [call.to_json() for call in tr.calls], "parse_ok": not tr.parse_failed,
             "raised": bool(tr.raised), "final_text": tr.final_text}

@@ -33,7 +33,7 @@ class RolloutRecorder:
     """Collects one row per (prompt, completion) and writes them per step."""
 
     def __init__(self, run_id: str, reward_funcs: list[Callable], reward_weights: list[float] | None,
-                 verify: Callable[[str, str], Any] | None, write_rows: Callable[[list[dict]], None],
+                 verify: Callable[..., Any] | None, write_rows: Callable[[list[dict]], None],
                  sink: EventSink = null_sink, skip_through_step: int = 0) -> None:
         self.run_id = run_id
         self.names = [reward_name(f, i) for i, f in enumerate(reward_funcs)]
@@ -73,6 +73,7 @@ class RolloutRecorder:
         task_ids = kwargs.get("task_id") or [""] * len(completions)
         prompt_tokens = kwargs.get("prompt_tokens") or [None] * len(completions)
         completion_ids = kwargs.get("completion_ids") or [None] * len(completions)
+        model_tokens = kwargs.get("model_tokens")  # an episode's own tokens, without the tool output
         trajectories = kwargs.get("agent_trajectory") or [None] * len(completions)
         # A multi-turn episode is stored as its transcript (chat markers kept), not TRL's marker-less decode.
         completions = kwargs.get("transcript") or completions
@@ -87,7 +88,8 @@ class RolloutRecorder:
                 "run_id": self.run_id, "step": step, "task_id": task_id, "sample_index": sample_index,
                 "prompt": _as_text(prompt), "completion": _as_text(completion),
                 "prompt_tokens": prompt_tokens[i],
-                "completion_tokens": len(completion_ids[i]) if completion_ids[i] is not None else None,
+                "completion_tokens": (model_tokens[i] if model_tokens else
+                                      len(completion_ids[i]) if completion_ids[i] is not None else None),
                 "reward": _weighted_total(components, self.names, self.weights),
                 "components": {k: v for k, v in components.items() if not math.isnan(v)},
                 **self._verdict_fields(task_id, _as_text(completion), trajectories[i]),

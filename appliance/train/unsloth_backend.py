@@ -21,8 +21,8 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
-from .backends import build_grpo_trainer, build_sft_trainer
 from ..errors import ApplianceError
+from .backends import build_grpo_trainer, build_sft_trainer
 from .config import ALL_LINEAR, ALL_LINEAR_MODULES, TrainConfig
 from .multiturn import MULTI_TURN_CPU_ONLY
 
@@ -38,6 +38,7 @@ def _import_unsloth(standby: bool) -> Any:
 
 class UnslothBackend:
     name = "unsloth"
+    supports_multi_turn = False  # TRL samples through the colocated vLLM engine, one turn per prompt
 
     def __init__(self, config: TrainConfig | None = None) -> None:
         self.FastLanguageModel = _import_unsloth(config.standby if config else True)
