@@ -24,7 +24,7 @@ from ..events import EventSink, null_sink
 from .callbacks import ApplianceGRPOMixin, build_callback
 from .common import TrainResult, fail_run, finish_run, prompt_for, start_run, train_with_guard, trainer_args
 from .config import TrainConfig
-from .multiturn import MULTI_TURN_CPU_ONLY, agent_episodes, is_multi_turn
+from .multiturn import MULTI_TURN_CPU_ONLY, agent_episodes, is_multi_turn, turn_limit
 from .presets import filters_zero_variance, grpo_options
 from .recorder import RolloutRecorder
 
@@ -63,7 +63,7 @@ def grpo_args(config: TrainConfig, run: Any) -> dict[str, Any]:
         "per_device_train_batch_size": config.prompts_per_step * config.num_generations,
         "num_generations": config.num_generations,
         # Dr. GRPO divides by this: an episode can hold max_turns turns of the per-turn budget.
-        "max_completion_length": config.max_completion_tokens * max(1, int(getattr(run.pack, "max_turns", 1) or 1)),
+        "max_completion_length": config.max_completion_tokens * turn_limit(run.pack),
         "temperature": config.temperature,
         "top_p": 1.0,
         "remove_unused_columns": False,

@@ -48,8 +48,13 @@ TEMPLATE_REWRITES_TURNS = ("this model's chat template rewrites the model's own 
                            "whose template keeps turns verbatim")
 
 
+def turn_limit(pack: Any) -> int:
+    """The most turns an episode of `pack` may take (1 for single-turn packs)."""
+    return max(1, int(getattr(pack, "max_turns", 1) or 1))
+
+
 def is_multi_turn(pack: Any) -> bool:
-    return int(getattr(pack, "max_turns", 1) or 1) > 1
+    return turn_limit(pack) > 1
 
 
 @dataclass(frozen=True)
@@ -76,7 +81,7 @@ def agent_episodes(pack: Any, tokenizer: Any, rows: list[dict[str, Any]]) -> Age
         _text_between(render, task, list(task.messages), probe,
                       [*task.messages, {"role": "assistant", "content": probe},
                        {"role": "tool", "name": "probe", "content": "probe result"}])
-    return AgentEpisodes(tasks_by_prompt=tasks, render=render, max_turns=int(pack.max_turns))
+    return AgentEpisodes(tasks_by_prompt=tasks, render=render, max_turns=turn_limit(pack))
 
 
 def _text_between(render: Callable[[Any, list[dict[str, Any]]], str], task: Any, before: list[dict[str, Any]],
