@@ -167,19 +167,17 @@ def _train(s: PipelineSettings, action: str, workspace: Any, sink: EventSink,
 
 def _grpo_vs_start(workspace: Any, start: str, grpo: str) -> list[str]:
     """Did GRPO itself help? Its held-out eval against its SFT start's, paired by task."""
-    from appliance.evaluate.compare import paired_bootstrap
-    from appliance.evaluate.stored import per_task_success
+    from appliance.evaluate.stored import compare_stored
 
     start_eval, grpo_eval = _heldout(start).get("eval_id"), _heldout(grpo).get("eval_id")
     if not start_eval or not grpo_eval:
         return []
-    delta = paired_bootstrap(per_task_success(workspace, start_eval), per_task_success(workspace, grpo_eval))
+    delta = compare_stored(workspace, start_eval, grpo_eval)["success"]
     if not delta.n_tasks:
         return []
-    verdict = ("improves" if delta.significant_improvement else
-               "regresses" if delta.significant_regression else "no change that holds statistically")
     return [f"GRPO vs its SFT start: {delta.delta * 100:+.1f} points on held-out success "
-            f"({delta.confidence:.0%} interval {delta.low * 100:+.1f} … {delta.high * 100:+.1f}, {delta.n_tasks} tasks): {verdict}"]
+            f"({delta.confidence:.0%} interval {delta.low * 100:+.1f} … {delta.high * 100:+.1f}, "
+            f"{delta.n_tasks} tasks): {delta.verdict}"]
 
 
 def _heldout(adapter: str) -> dict[str, Any]:

@@ -169,9 +169,7 @@ def print_compare(cmp: dict[str, Any]) -> None:
     console.print(table)
     d = cmp["success"]
     console.print(f"success difference over {d.n_tasks} shared tasks: {d.delta:+.3f} "
-                  f"({d.confidence:.0%} paired-bootstrap interval {d.low:+.3f} … {d.high:+.3f})"
-                  + (" — a real improvement" if d.significant_improvement else
-                     " — a real regression" if d.significant_regression else " — not distinguishable from noise"))
+                  f"({d.confidence:.0%} paired-bootstrap interval {d.low:+.3f} … {d.high:+.3f}) — {d.verdict}")
 
 
 def print_audit(agreement: dict[str, Any]) -> None:

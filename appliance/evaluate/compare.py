@@ -30,6 +30,12 @@ class SuccessDelta:
     def significant_regression(self) -> bool:
         return self.high < 0.0
 
+    @property
+    def verdict(self) -> str:
+        if self.significant_improvement:
+            return "a real improvement"
+        return "a real regression" if self.significant_regression else "not distinguishable from noise"
+
 
 def paired_bootstrap(a: dict[str, float], b: dict[str, float], *, iterations: int = 2000,
                      confidence: float = 0.95, seed: int = 0) -> SuccessDelta:

@@ -12,8 +12,8 @@ its next turn, and so on, exactly as `appliance eval` runs it
   off, since no model token follows them.
 - `env_mask`: 1 on the model's tokens, 0 on the tool messages. TRL multiplies
   it into the loss mask, so only the model's own tokens are trained.
-- `agent_trajectory`: the calls the model made, whether every turn parsed,
-  whether a call raised and the final text. The reward functions and the
+- `agent_trajectory`: the calls the model made, whether every turn parsed and
+  whether a call raised. The reward functions and the
   rollout recorder score this with the verifier's `verify_calls`, the same
   scoring eval gives a trajectory, instead of re-parsing text that now
   contains tool output.
@@ -191,4 +191,4 @@ def _messages_around(tr: Trajectory, turn: int) -> tuple[list[dict[str, Any]], s
 def trajectory_record(tr: Trajectory) -> dict[str, Any]:
     """What scoring needs from a trajectory, as plain data (TRL passes it on to the reward functions)."""
     return {"calls": [call.to_json() for call in tr.calls], "parse_ok": not tr.parse_failed,
-            "raised": bool(tr.raised), "final_text": tr.final_text}
+            "raised": bool(tr.raised)}
