@@ -128,6 +128,9 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
             p.add_argument("--temperature", type=float, default=None)
             p.add_argument("--beta", type=float, default=None)
             p.add_argument("--reward", default=None, help="reward scheme: binary or shaped")
+            p.add_argument("--task-selection", choices=["all", "uncertain"], default=None,
+                           help="train on every train task, or on those the starting policy is most unsure "
+                                "about (default uncertain; single-turn packs)")
         _common(p, events=True)
 
 

@@ -118,10 +118,19 @@ class Log(Event):
     message: str = ""
 
 
+@dataclass
+class TasksScreened(Event):
+    """GRPO's screening of train tasks before training (appliance.train.screen), one dict per task."""
+
+    type: ClassVar[str] = "tasks_screened"
+    temperature: float = 1.0
+    tasks: list[dict[str, Any]] = field(default_factory=list)
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.type: cls
     for cls in (RunStarted, Progress, StepMetrics, RolloutScored, EvalFinished,
-                CheckpointSaved, Alarm, RunFinished, RunFailed, Log)
+                CheckpointSaved, Alarm, RunFinished, RunFailed, Log, TasksScreened)
 }
 
 EventSink = Callable[[Event], None]

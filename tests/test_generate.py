@@ -249,3 +249,28 @@ def test_groups_of_samples_prefill_each_prompt_once_without_changing_outputs(loa
     assert calls  # the grouped path ran
     assert texts(near_greedy) == [[samples[0].text] * 3 for samples in greedy]
     assert [s[0].token_ids for s in near_greedy] == [s[0].token_ids for s in greedy]
+
+
+@pytest.mark.parametrize("shared_head", [True, False])
+def test_completion_logprobs_match_one_unpadded_forward_per_row(loaded, monkeypatch, shared_head):
+    import torch
+
+    from appliance.generate import hf
+
+    model, tokenizer = loaded
+    tools = [{"name": f"tool_{i}", "description": "Does one workplace thing.", "parameters": {}} for i in range(4)]
+    prompts = [render_prompt(tokenizer, "You are helpful.", [{"role": "user", "content": r}], tools) for r in REQUESTS]
+    answers = ['{"name": "tool_1", "arguments": {}}', "No action is needed.", "ok", '{"a": 1}', "Plot"]
+    if not shared_head:
+        monkeypatch.setattr(hf, "MIN_SHARED_PREFIX_TOKENS", 10_000)
+    generator = HFGenerator(model, tokenizer, batch_size=3)  # batches of uneven lengths, padded
+    got = generator.completion_logprobs(prompts, answers, temperature=0.7)
+    for prompt, answer, value in zip(prompts, answers, got):
+        prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        answer_ids = tokenizer(answer, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        with torch.inference_mode():
+            logits = model(input_ids=torch.tensor([prompt_ids + answer_ids])).logits[0].float()
+        logprobs = torch.log_softmax(logits / 0.7, dim=-1)
+        expected = sum(float(logprobs[len(prompt_ids) - 1 + i, token]) for i, token in enumerate(answer_ids))
+        assert value == pytest.approx(expected, abs=1e-3)
+    assert generator.completion_logprobs([], []) == []

@@ -140,8 +140,9 @@ class SimulatedKill(Exception):
     pass
 
 
-def test_grpo_resume_after_kill_has_no_duplicate_rollouts(config):
+def test_grpo_resume_after_kill_has_no_duplicate_rollouts(config, monkeypatch):
     from appliance.store import Workspace
+    from appliance.train import screen
 
     config = dataclasses.replace(config, steps=3, eval_every=1)
 
@@ -156,6 +157,10 @@ def test_grpo_resume_after_kill_has_no_duplicate_rollouts(config):
     _, rows = ws.query("SELECT step, count(*) FROM rollouts WHERE run_id = ? GROUP BY step ORDER BY step", [run_id])
     assert rows == [(1, 8), (2, 8)]
 
+    def rescored(*args):
+        raise AssertionError("a resumed run reuses its screening")
+
+    monkeypatch.setattr(screen, "score_tasks", rescored)
     result = grpo(dataclasses.replace(config, resume_from=run_id))
     assert result.run_id == run_id and result.resumed_from_step == 1
     _, rows = ws.query("SELECT step, count(*), count(DISTINCT task_id || '/' || sample_index) FROM rollouts "
@@ -166,6 +171,29 @@ def test_grpo_resume_after_kill_has_no_duplicate_rollouts(config):
     assert state["global_step"] == 3
     parent = registry.load_manifest(Path(config.output) / run_id / "step-00003")["parent"]
     assert parent == f"{run_id}/step-00002"
+
+
+def test_uncertain_task_selection_trains_on_the_screened_tasks(config):
+    from appliance.store import Workspace
+
+    result = grpo(config)  # 1 step x 2 prompts: keeps 2 of the 4 train tasks
+    screened = json.loads((Path(result.run_dir) / "screening.json").read_text())
+    assert len(screened) == 4 and all(item["gold_logprob"] < 0 for item in screened)
+    kept = [item for item in screened if item["selected"]]
+    dropped = [item for item in screened if not item["selected"]]
+    assert len(kept) == 2
+    assert min(i["variance_chance"] for i in kept) >= max(i["variance_chance"] for i in dropped)
+    ws = Workspace.open(config.workspace)
+    _, rows = ws.query("SELECT DISTINCT task_id FROM rollouts WHERE run_id = ?", [result.run_id])
+    assert {r[0] for r in rows} == {item["task_id"] for item in kept}
+    _, events = ws.query("SELECT json_array_length(payload->'tasks') FROM events "
+                         "WHERE run_id = ? AND type = 'tasks_screened'", [result.run_id])
+    assert events == [(4,)]
+
+
+def test_task_selection_all_keeps_every_task(config):
+    result = grpo(dataclasses.replace(config, task_selection="all"))
+    assert not (Path(result.run_dir) / "screening.json").exists()
 
 
 def test_dapo_preset_runs_and_reports_dropped_groups(config):

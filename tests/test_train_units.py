@@ -227,3 +227,16 @@ def test_grpo_warns_when_expected_answers_exceed_the_sampling_budget():
     run.config.max_completion_tokens = 200
     seen.clear()
     assert warn_unreachable_answers(run, Chars()) == 0 and not seen
+
+
+def test_variance_chance_and_uncertain_selection():
+    from appliance.train.screen import ScreenedTask, select_uncertain, variance_chance
+
+    assert variance_chance(0.5, 4) == pytest.approx(0.875)
+    assert variance_chance(0.0, 4) == 0.0 and variance_chance(1.0, 4) == 0.0
+    assert variance_chance(0.1, 8) > variance_chance(0.1, 2)  # larger groups vary more often
+    scored = [ScreenedTask(f"t{i}", -1.0, chance) for i, chance in enumerate([0.1, 0.9, 0.5, 0.9])]
+    assert [t.task_id for t in select_uncertain(scored, 2) if t.selected] == ["t1", "t3"]
+    assert not any(t.selected for t in select_uncertain(scored, 0))
+    with pytest.raises(ApplianceError, match="task selection"):
+        TrainConfig(task_selection="hard")

@@ -93,6 +93,47 @@ class HFGenerator(Generator):
                 results[index] = prompt_samples
         return results
 
+    def completion_logprobs(
+        self, prompts: list[str], completions: list[str], *, temperature: float = 1.0, end_of_turn: bool = True
+    ) -> list[float]:
+        """Log-probability that sampling at `temperature` (top_p 1, no top-k) yields each completion exactly.
+
+        The completion is tokenized on its own, as generation produces it after
+        the prompt's tokens, and ends with the EOS token when `end_of_turn` (a
+        sample only counts once the model stops). Prompts share their head's KV
+        cache as in `generate`, so pass prompts that share a long head together.
+        """
+        import torch
+
+        if len(prompts) != len(completions):
+            raise ValueError("completion_logprobs needs one completion per prompt")
+        if not prompts:
+            return []
+        encoded = self.tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
+        answers = self.tokenizer(list(completions), add_special_tokens=False)["input_ids"]
+        if end_of_turn:
+            answers = [[*ids, self.tokenizer.eos_token_id] for ids in answers]
+        prefix = self._shared_prefix(encoded)
+        results: list[float] = [0.0] * len(prompts)
+        for start in range(0, len(prompts), self.batch_size):
+            chunk = range(start, min(start + self.batch_size, len(prompts)))
+            rows = [encoded[i] + answers[i] for i in chunk]
+            ids, mask, cache = self._rows_after_head(rows, prefix)
+            cut = 0 if prefix is None else prefix.ids.shape[1]
+            longest = max(len(answers[i]) for i in chunk)
+            positions = (mask.cumsum(dim=1) - 1).clamp(min=0)[:, cut:]
+            with torch.inference_mode():
+                logits = self.model(input_ids=ids[:, cut:], attention_mask=mask, position_ids=positions,
+                                    past_key_values=cache, use_cache=cache is not None,
+                                    logits_to_keep=longest + 1).logits.float()
+            # Rows are left-padded, so every answer ends at the right edge; position t predicts token t + 1.
+            logprobs = torch.log_softmax(logits[:, :-1] / max(temperature, 1e-6), dim=-1)
+            targets = ids[:, -longest:]
+            picked = logprobs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+            for row, index in enumerate(chunk):
+                results[index] = float(picked[row, longest - len(answers[index]):].sum())
+        return results
+
     def _shared_prefix(self, encoded: list[list[int]]) -> SharedPrefix | None:
         """Prefill the tokens every prompt starts with (system prompt, tools) once, not once per row."""
         import torch

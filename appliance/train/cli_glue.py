@@ -9,7 +9,8 @@ from appliance.train.common import TrainResult
 from appliance.train.config import TrainConfig
 
 _FIELDS = ("model", "pack", "backend", "steps", "lora_r", "lora_layers", "eval_every", "init_adapter", "seed", "preset",
-           "num_generations", "prompts_per_step", "max_completion_tokens", "temperature", "beta", "epochs", "batch_size")
+           "num_generations", "prompts_per_step", "max_completion_tokens", "temperature", "beta", "epochs", "batch_size",
+           "task_selection")
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:

@@ -67,6 +67,10 @@ class TrainConfig:
         "GRPO group size: completions sampled per prompt; advantages are relative within a group."))
     prompts_per_step: int = field(default=4, metadata=_help(
         "GRPO only: distinct prompts per step (each sampled num_generations times)."))
+    task_selection: str = field(default="uncertain", metadata=_help(
+        "GRPO: which train tasks to sample prompts from: all, or uncertain (before training, keep the "
+        "steps x prompts_per_step tasks whose group of samples is most likely to differ in reward under the "
+        "starting policy, scored by the exact probability of the expected answer; single-turn packs)."))
     max_completion_tokens: int = field(default=96, metadata=_help(
         "GRPO: the most tokens sampled per turn (eval's budget is 96; workplace-single's longest expected "
         "call is 89 tokens, and a task whose answer cannot fit can never earn its reward)."))
@@ -125,6 +129,8 @@ class TrainConfig:
             raise ApplianceError(f"Unknown precision {self.precision!r}; choose auto, fp32 or bf16.")
         if self.lora_layers is not None and self.lora_layers < 0:
             raise ApplianceError("lora_layers must be 0 (every layer) or a positive number of last layers.")
+        if self.task_selection not in ("all", "uncertain"):
+            raise ApplianceError(f"Unknown task selection {self.task_selection!r}; choose all or uncertain.")
         if self.eval_every < 1:
             raise ApplianceError("eval_every must be at least 1.")
 

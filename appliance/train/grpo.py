@@ -3,7 +3,10 @@
 One step, as TRL runs it: sample `num_generations` completions for each of
 `prompts_per_step` prompts → score each with the pack's reward functions →
 group-relative advantages → one clipped policy-gradient update of the LoRA.
-The variant is a preset of explicit TRL options (presets.py). Everything else
+The variant is a preset of explicit TRL options (presets.py). By default the
+prompts come from the train tasks the starting policy is least sure about
+(screen.py), since a group whose samples all score the same teaches nothing.
+Everything else
 here is bookkeeping: the recorder writes every rollout with its verdict to the
 store, the callback emits metrics and saves checkpoints.
 
@@ -27,6 +30,7 @@ from .config import TrainConfig
 from .multiturn import MULTI_TURN_CPU_ONLY, agent_episodes, is_multi_turn, turn_limit
 from .presets import filters_zero_variance, grpo_options
 from .recorder import RolloutRecorder
+from .screen import screen_rows
 
 
 def grpo_rows(pack: Any, tokenizer: Any, split: str = "train") -> list[dict[str, Any]]:
@@ -122,6 +126,7 @@ def run_grpo(config: TrainConfig, *, sink: EventSink = null_sink,
     model, tokenizer = run.backend.load_for_training(run.config)
     rows = grpo_rows(run.pack, tokenizer)
     warn_unreachable_answers(run, tokenizer)
+    rows = screen_rows(run, model, tokenizer, rows)
     dataset = Dataset.from_list(rows)
     episodes = agent_episodes(run.pack, tokenizer, rows) if is_multi_turn(run.pack) else None
     args = grpo_args(run.config, run)
