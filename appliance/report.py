@@ -278,7 +278,9 @@ class HumanSink:
         if self._bar is None or self._bar.desc != event.stage:
             self._close_bar()
             # `initial`: work done before the first report does not count towards the rate.
+            # tqdm draws the new bar itself; a refresh now would draw the same line twice.
             self._bar = tqdm(total=event.total, initial=event.done, desc=event.stage, file=sys.stderr, leave=False)
+            return
         self._bar.total = event.total
         self._bar.n = event.done
         self._bar.refresh()

@@ -76,3 +76,15 @@ def test_verify_scores_a_file_and_stores_the_verdicts(tmp_path):
     _, rows = Workspace.open(tmp_path / "ws").query(
         "SELECT bucket, count(*) FROM eval_samples GROUP BY bucket ORDER BY bucket")
     assert dict(rows) == {"format_error": 2, "success": 8}
+
+
+def test_progress_bar_draws_its_first_state_once(capsys):
+    from appliance.events import Log, Progress
+    from appliance.report import HumanSink
+
+    sink = HumanSink()
+    sink(Progress(stage="eval", done=16, total=120))
+    sink(Progress(stage="eval", done=32, total=120))
+    sink(Log(message="done"))
+    err = capsys.readouterr().err
+    assert err.count("16/120") == 1 and err.count("32/120") == 1

@@ -6,9 +6,8 @@ group-relative advantages → one clipped policy-gradient update of the LoRA.
 The variant is a preset of explicit TRL options (presets.py). By default the
 prompts come from the train tasks the starting policy is least sure about
 (screen.py), since a group whose samples all score the same teaches nothing.
-Everything else
-here is bookkeeping: the recorder writes every rollout with its verdict to the
-store, the callback emits metrics and saves checkpoints.
+Everything else here is bookkeeping: the recorder writes every rollout with
+its verdict to the store, the callback emits metrics and saves checkpoints.
 
 Packs with `max_turns > 1` train on whole episodes, as eval runs them: the
 model's turns, the world's tool results between them (masked from the loss),
