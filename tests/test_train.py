@@ -196,6 +196,20 @@ def test_task_selection_all_keeps_every_task(config):
     assert not (Path(result.run_dir) / "screening.json").exists()
 
 
+def test_a_backend_that_cannot_screen_trains_on_every_task(config, monkeypatch):
+    from appliance.train import common
+    from appliance.train.cpu import CpuBackend
+
+    class NoScreening(CpuBackend):
+        supports_screening = False
+
+    monkeypatch.setattr(common, "get_backend", lambda name, config=None: NoScreening(config))
+    seen = []
+    result = grpo(config, sink=seen.append)
+    assert not (Path(result.run_dir) / "screening.json").exists()
+    assert any(e.type == "log" and "not available on the cpu backend" in e.message for e in seen)
+
+
 def test_dapo_preset_runs_and_reports_dropped_groups(config):
     seen = []
     grpo(dataclasses.replace(config, preset="dapo"), sink=seen.append)

@@ -25,6 +25,7 @@ class Backend(Protocol):
 
     name: str
     supports_multi_turn: bool  # whether make_grpo_trainer takes `episodes` (packs with max_turns > 1)
+    supports_screening: bool  # whether task_selection=uncertain can score tasks with the training model
 
     def load_for_training(self, config: "TrainConfig") -> tuple[Any, Any]:
         """Return (peft_model, tokenizer): the base model with a trainable LoRA (new or from init_adapter)."""

@@ -70,6 +70,7 @@ def score_only_labelled_positions() -> bool:
 class CpuBackend:
     name = "cpu"
     supports_multi_turn = True
+    supports_screening = True
 
     def __init__(self, config: TrainConfig | None = None) -> None:
         import torch

@@ -18,7 +18,8 @@ SQL) and into `runs/<run_id>/screening.json`, which a resumed run reuses, so it
 trains on the same tasks.
 
 Multi-turn packs are not screened: their `expected` lists only the
-state-changing calls, not the whole episode, so there is no exact answer to score.
+state-changing calls, not the whole episode, so there is no exact answer to
+score. The unsloth backend does not screen yet (`supports_screening`).
 """
 from __future__ import annotations
 
@@ -87,6 +88,11 @@ def screen_rows(run: Any, model: Any, tokenizer: Any, rows: list[dict[str, Any]]
 
     config = run.config
     if config.task_selection == "all":
+        return rows
+    if not run.backend.supports_screening:
+        run.emit(Log(run_id=run.run_id, message=(
+            f"task_selection=uncertain is not available on the {run.backend.name} backend yet; training on "
+            "every train task")))
         return rows
     if is_multi_turn(run.pack):
         run.emit(Log(run_id=run.run_id, message=(

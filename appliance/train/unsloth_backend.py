@@ -39,6 +39,9 @@ def _import_unsloth(standby: bool) -> Any:
 class UnslothBackend:
     name = "unsloth"
     supports_multi_turn = False  # TRL samples through the colocated vLLM engine, one turn per prompt
+    # Screening runs a plain transformers forward with a KV cache (HFGenerator.completion_logprobs);
+    # Unsloth patches that forward and the path has not run on a GPU yet, so it trains on every task.
+    supports_screening = False
 
     def __init__(self, config: TrainConfig | None = None) -> None:
         self.FastLanguageModel = _import_unsloth(config.standby if config else True)
