@@ -156,6 +156,7 @@ def test_grpo_resume_after_kill_has_no_duplicate_rollouts(config, monkeypatch):
     ws = Workspace.open(config.workspace)
     _, rows = ws.query("SELECT step, count(*) FROM rollouts WHERE run_id = ? GROUP BY step ORDER BY step", [run_id])
     assert rows == [(1, 8), (2, 8)]
+    _, first_start = ws.query("SELECT started_at FROM runs WHERE run_id = ?", [run_id])
 
     def rescored(*args):
         raise AssertionError("a resumed run reuses its screening")
@@ -163,6 +164,7 @@ def test_grpo_resume_after_kill_has_no_duplicate_rollouts(config, monkeypatch):
     monkeypatch.setattr(screen, "score_tasks", rescored)
     result = grpo(dataclasses.replace(config, resume_from=run_id))
     assert result.run_id == run_id and result.resumed_from_step == 1
+    assert ws.query("SELECT started_at FROM runs WHERE run_id = ?", [run_id])[1] == first_start
     _, rows = ws.query("SELECT step, count(*), count(DISTINCT task_id || '/' || sample_index) FROM rollouts "
                        "WHERE run_id = ? GROUP BY step ORDER BY step", [run_id])
     assert rows == [(1, 8, 8), (2, 8, 8), (3, 8, 8)]

@@ -218,9 +218,10 @@ def start_run(config: TrainConfig, stage: str, sink: EventSink, pack: Any = None
                      pack=pack if pack is not None else _load_pack(config.pack),
                      resume_checkpoint=resume_checkpoint, resume_step=resume_step)
     run.base_model = _describe_base_model(config.model)
+    # A resumed run keeps the time it first started.
+    started = {} if resume_checkpoint is not None else {"started_at": time.time()}
     run.writer.update_run(kind=stage, status="running", model=config.model, adapter=config.init_adapter,
-                          pack=run.pack.name, config=config.to_dict(), output_dir=str(run_dir),
-                          started_at=time.time())
+                          pack=run.pack.name, config=config.to_dict(), output_dir=str(run_dir), **started)
     run.emit(RunStarted(run_id=run_id, kind=stage, config=config.to_dict()))
     run.emit(Log(run_id=run_id, message=f"backend {backend_name}: {reason}"))
     path = "gpu" if backend_name == "unsloth" else "cpu"
