@@ -111,7 +111,7 @@ class HFGenerator(Generator):
             return []
         encoded = self.tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
         answers = self.tokenizer(list(completions), add_special_tokens=False)["input_ids"]
-        if end_of_turn:
+        if end_of_turn and self.tokenizer.eos_token_id is not None:
             answers = [[*ids, self.tokenizer.eos_token_id] for ids in answers]
         prefix = self._shared_prefix(encoded)
         results: list[float] = [0.0] * len(prompts)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +54,7 @@ def select_uncertain(scored: list[ScreenedTask], keep: int) -> list[ScreenedTask
     """Mark the `keep` tasks most likely to give a group with varied rewards (ties: task order)."""
     ranked = sorted(range(len(scored)), key=lambda i: -scored[i].variance_chance)
     chosen = set(ranked[:max(keep, 0)])
-    return [ScreenedTask(**{**asdict(task), "selected": i in chosen}) for i, task in enumerate(scored)]
+    return [replace(task, selected=i in chosen) for i, task in enumerate(scored)]
 
 
 def score_tasks(run: Any, model: Any, tokenizer: Any, rows: list[dict[str, Any]]) -> list[ScreenedTask]:
