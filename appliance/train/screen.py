@@ -28,7 +28,7 @@ import math
 from collections import defaultdict
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ..events import Log, Progress, TasksScreened
 
@@ -57,26 +57,41 @@ def select_uncertain(scored: list[ScreenedTask], keep: int) -> list[ScreenedTask
     return [replace(task, selected=i in chosen) for i, task in enumerate(scored)]
 
 
-def score_tasks(run: Any, model: Any, tokenizer: Any, rows: list[dict[str, Any]]) -> list[ScreenedTask]:
-    """Score every row's expected answer under the starting policy, tasks that share a tool list together."""
+def gold_logprobs(pack: Any, model: Any, tokenizer: Any, tasks: list[Any], *, temperature: float = 1.0,
+                  on_progress: Callable[[int, int], None] | None = None) -> dict[str, float]:
+    """task id -> log-probability of sampling its expected answer exactly (the prompt eval renders).
+
+    Tasks that share a tool list share their whole prompt head, so they are scored together: one prefill each.
+    """
     from ..generate.hf import HFGenerator
     from ..prompting import render_completion
+    from .common import prompt_for
     from .rollout import sampling_mode
 
-    pack, config = run.pack, run.config
-    by_tools: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for row in rows:  # prompts with the same tools share their whole head: one prefill per group
-        tools = pack.tools_for(pack.task(row["task_id"])) if hasattr(pack, "tools_for") else pack.tools
-        by_tools[json.dumps(tools, sort_keys=True, default=str)].append(row)
+    by_tools: dict[str, list[Any]] = defaultdict(list)
+    for task in tasks:
+        tools = pack.tools_for(task) if hasattr(pack, "tools_for") else pack.tools
+        by_tools[json.dumps(tools, sort_keys=True, default=str)].append(task)
     generator = HFGenerator(model, tokenizer, batch_size=16)
     logprob: dict[str, float] = {}
     with sampling_mode(model):
         for group in by_tools.values():
-            answers = [render_completion(pack.task(row["task_id"]).expected) for row in group]
-            values = generator.completion_logprobs([row["prompt"] for row in group], answers,
-                                                   temperature=config.temperature)
-            logprob.update((row["task_id"], value) for row, value in zip(group, values))
-            run.emit(Progress(run_id=run.run_id, stage="screen", done=len(logprob), total=len(rows)))
+            values = generator.completion_logprobs([prompt_for(pack, tokenizer, task) for task in group],
+                                                   [render_completion(task.expected) for task in group],
+                                                   temperature=temperature)
+            logprob.update((task.id, value) for task, value in zip(group, values))
+            if on_progress is not None:
+                on_progress(len(logprob), len(tasks))
+    return logprob
+
+
+def score_tasks(run: Any, model: Any, tokenizer: Any, rows: list[dict[str, Any]]) -> list[ScreenedTask]:
+    """Score every row's expected answer under the starting policy."""
+    config = run.config
+    logprob = gold_logprobs(run.pack, model, tokenizer, [run.pack.task(row["task_id"]) for row in rows],
+                            temperature=config.temperature,
+                            on_progress=lambda done, total: run.emit(
+                                Progress(run_id=run.run_id, stage="screen", done=done, total=total)))
     return [ScreenedTask(row["task_id"], logprob[row["task_id"]],
                          variance_chance(math.exp(logprob[row["task_id"]]), config.num_generations))
             for row in rows]

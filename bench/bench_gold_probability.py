@@ -1,0 +1,64 @@
+"""Did training move the model towards the expected answers? Teacher-forced, before vs after, train vs held-out.
+
+For each task, the probability that sampling (T 1.0) yields its expected answer
+exactly, under two adapters, e.g. an SFT start and the GRPO run that refined
+it. With a GRPO run's `screening.json`, the train tasks are the ones it trained
+on; the held-out split shows whether the change transferred. Greedy held-out
+success moves only when the expected answer becomes the model's first choice;
+this moves with every bit of probability, so it shows learning that success
+counts cannot yet.
+
+    .venv/bin/python bench/bench_gold_probability.py --before SFT_ADAPTER --after GRPO_ADAPTER \\
+        [--screening runs/<grpo run>/screening.json] [--pack workplace-single] [--split val]
+
+Prints `name: value` lines per task set: mean probability before and after,
+mean change in log-probability, and how many tasks went up.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads; see bench_generate.py
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--before", required=True, help="adapter the run started from")
+    parser.add_argument("--after", required=True, help="adapter after training")
+    parser.add_argument("--screening", default=None, help="a GRPO run's screening.json: its train tasks")
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--pack", default="workplace-single")
+    parser.add_argument("--split", default="val")
+    args = parser.parse_args()
+
+    from appliance.models import load_model
+    from appliance.packs import load_pack
+    from appliance.train.screen import gold_logprobs
+
+    pack = load_pack(args.pack)
+    task_sets = {args.split: pack.tasks(args.split)}
+    if args.screening:
+        with open(args.screening, encoding="utf-8") as handle:
+            chosen = {item["task_id"] for item in json.load(handle) if item["selected"]}
+        task_sets["train_screened"] = [task for task in pack.tasks("train") if task.id in chosen]
+
+    def score(adapter: str, tasks: list) -> dict[str, float]:
+        model, tokenizer = load_model(args.model, adapter=adapter)
+        return gold_logprobs(pack, model, tokenizer, tasks)
+
+    for name, tasks in task_sets.items():
+        before, after = score(args.before, tasks), score(args.after, tasks)
+        ids = list(before)
+        print(f"{name}_tasks: {len(ids)}")
+        print(f"{name}_mean_p_before: {statistics.mean(math.exp(before[i]) for i in ids):.3f}")
+        print(f"{name}_mean_p_after: {statistics.mean(math.exp(after[i]) for i in ids):.3f}")
+        print(f"{name}_mean_logprob_change: {statistics.mean(after[i] - before[i] for i in ids):+.3f}")
+        print(f"{name}_tasks_up: {sum(after[i] > before[i] for i in ids)}")
+
+
+if __name__ == "__main__":
+    main()
