@@ -96,6 +96,8 @@ def _add_audit(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_train(sub: argparse._SubParsersAction) -> None:
+    from appliance.train.config import TASK_SELECTIONS
+
     train = sub.add_parser("train", help="LoRA training: `train sft` or `train grpo`")
     tsub = train.add_subparsers(dest="stage", required=True, metavar="{sft,grpo}")
     for stage in ("sft", "grpo"):
@@ -128,7 +130,7 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
             p.add_argument("--temperature", type=float, default=None)
             p.add_argument("--beta", type=float, default=None)
             p.add_argument("--reward", default=None, help="reward scheme: binary or shaped")
-            p.add_argument("--task-selection", choices=["all", "uncertain"], default=None,
+            p.add_argument("--task-selection", choices=TASK_SELECTIONS, default=None,
                            help="train on every train task, or on those the starting policy is most unsure "
                                 "about (default uncertain; single-turn packs)")
         _common(p, events=True)

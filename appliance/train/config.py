@@ -29,6 +29,7 @@ from ..errors import ApplianceError
 
 BACKENDS = ("auto", "cpu", "unsloth")
 STAGES = ("sft", "grpo")
+TASK_SELECTIONS = ("all", "uncertain")  # GRPO: every train task, or those screening keeps (screen.py)
 ALL_LINEAR = "all-linear"
 # What `all-linear` means for the Llama/Qwen-style decoders we train, where an explicit list is needed.
 ALL_LINEAR_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -132,7 +133,7 @@ class TrainConfig:
             raise ApplianceError(f"Unknown precision {self.precision!r}; choose auto, fp32 or bf16.")
         if self.lora_layers is not None and self.lora_layers < 0:
             raise ApplianceError("lora_layers must be 0 (every layer) or a positive number of last layers.")
-        if self.task_selection not in ("all", "uncertain"):
+        if self.task_selection not in TASK_SELECTIONS:
             raise ApplianceError(f"Unknown task selection {self.task_selection!r}; choose all or uncertain.")
         if self.eval_every < 1:
             raise ApplianceError("eval_every must be at least 1.")
