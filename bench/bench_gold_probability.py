@@ -46,12 +46,14 @@ def main() -> None:
             chosen = {item["task_id"] for item in json.load(handle) if item["selected"]}
         task_sets["train_screened"] = [task for task in pack.tasks("train") if task.id in chosen]
 
-    def score(adapter: str, tasks: list) -> dict[str, float]:
+    def score(adapter: str) -> dict[str, dict[str, float]]:
+        """Log-probabilities per task set, loading the adapter once."""
         model, tokenizer = load_model(args.model, adapter=adapter)
-        return gold_logprobs(pack, model, tokenizer, tasks)
+        return {name: gold_logprobs(pack, model, tokenizer, tasks) for name, tasks in task_sets.items()}
 
-    for name, tasks in task_sets.items():
-        before, after = score(args.before, tasks), score(args.after, tasks)
+    scored_before, scored_after = score(args.before), score(args.after)
+    for name in task_sets:
+        before, after = scored_before[name], scored_after[name]
         ids = list(before)
         print(f"{name}_tasks: {len(ids)}")
         print(f"{name}_mean_p_before: {statistics.mean(math.exp(before[i]) for i in ids):.3f}")

@@ -114,16 +114,15 @@ class HFGenerator(Generator):
         if end_of_turn and self.tokenizer.eos_token_id is not None:
             answers = [[*ids, self.tokenizer.eos_token_id] for ids in answers]
         prefix = self._shared_prefix(encoded)
+        cut = 0 if prefix is None else prefix.ids.shape[1]
         results: list[float] = [0.0] * len(prompts)
         for start in range(0, len(prompts), self.batch_size):
             chunk = range(start, min(start + self.batch_size, len(prompts)))
-            rows = [encoded[i] + answers[i] for i in chunk]
-            ids, mask, cache = self._rows_after_head(rows, prefix)
-            cut = 0 if prefix is None else prefix.ids.shape[1]
+            ids, mask, cache = self._rows_after_head([encoded[i] + answers[i] for i in chunk], prefix)
             longest = max(len(answers[i]) for i in chunk)
-            positions = (mask.cumsum(dim=1) - 1).clamp(min=0)[:, cut:]
             with torch.inference_mode():
-                logits = self.model(input_ids=ids[:, cut:], attention_mask=mask, position_ids=positions,
+                logits = self.model(input_ids=ids[:, cut:], attention_mask=mask,
+                                    position_ids=_positions(mask)[:, cut:],
                                     past_key_values=cache, use_cache=cache is not None,
                                     logits_to_keep=longest + 1).logits.float()
             # Rows are left-padded, so every answer ends at the right edge; position t predicts token t + 1.
@@ -224,9 +223,9 @@ class HFGenerator(Generator):
             cache = DynamicCache(config=self._text_config())
         if ids.shape[1] - 1 > cut:  # the tails have more than their last token
             before_last = mask[:, :-1]
-            positions = (before_last.cumsum(dim=1) - 1).clamp(min=0)[:, cut:]
             with torch.inference_mode():
-                self.model(input_ids=ids[:, cut:-1], attention_mask=before_last, position_ids=positions,
+                self.model(input_ids=ids[:, cut:-1], attention_mask=before_last,
+                           position_ids=_positions(before_last)[:, cut:],
                            past_key_values=cache, use_cache=True)
         cache.batch_repeat_interleave(rows_per_prompt)
         return {
@@ -290,6 +289,11 @@ class HFGenerator(Generator):
         while length > 0 and row[length - 1] == self.pad_id:  # padding after a stop-string finish
             length -= 1
         return length, False
+
+
+def _positions(mask: Any) -> Any:
+    """Position ids of left-padded rows: each row counts from 0 at its first real token."""
+    return (mask.cumsum(dim=1) - 1).clamp(min=0)
 
 
 GROUPED_SDPA = "appliance_grouped_sdpa"

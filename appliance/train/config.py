@@ -134,7 +134,8 @@ class TrainConfig:
         if self.lora_layers is not None and self.lora_layers < 0:
             raise ApplianceError("lora_layers must be 0 (every layer) or a positive number of last layers.")
         if self.task_selection not in TASK_SELECTIONS:
-            raise ApplianceError(f"Unknown task selection {self.task_selection!r}; choose all or uncertain.")
+            raise ApplianceError(f"Unknown task selection {self.task_selection!r}; "
+                                 f"choose {' or '.join(TASK_SELECTIONS)}.")
         if self.eval_every < 1:
             raise ApplianceError("eval_every must be at least 1.")
 

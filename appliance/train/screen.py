@@ -121,17 +121,16 @@ def screen_rows(run: Any, model: Any, tokenizer: Any, rows: list[dict[str, Any]]
         save_screening(path, screened)
         run.emit(screening_event(run.run_id, screened, config.temperature))
     chosen = {task.task_id for task in screened if task.selected}
-    kept = [row for row in rows if row["task_id"] in chosen]
-    run.emit(Log(run_id=run.run_id, message=summary_line(screened, len(kept), config.num_generations)))
-    return kept
+    run.emit(Log(run_id=run.run_id, message=summary_line(screened, config.num_generations)))
+    return [row for row in rows if row["task_id"] in chosen]
 
 
-def summary_line(screened: list[ScreenedTask], kept: int, group_size: int) -> str:
+def summary_line(screened: list[ScreenedTask], group_size: int) -> str:
     def mean_chance(tasks: list[ScreenedTask]) -> float:
         return sum(task.variance_chance for task in tasks) / max(len(tasks), 1)
 
     chosen = [task for task in screened if task.selected]
-    return (f"screened {len(screened)} train tasks: training on the {kept} most uncertain; a group of "
+    return (f"screened {len(screened)} train tasks: training on the {len(chosen)} most uncertain; a group of "
             f"{group_size} varies with chance {mean_chance(chosen):.2f} on them vs {mean_chance(screened):.2f} "
             f"on all tasks")
 
