@@ -96,7 +96,11 @@ def _add_audit(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_train(sub: argparse._SubParsersAction) -> None:
-    from appliance.train.config import TASK_SELECTIONS
+    from appliance.packs.manifest import EVAL_SPLITS, TRAIN_SPLITS
+    from appliance.rewards import SCHEMES
+    from appliance.train.config import TASK_SELECTIONS, field_help
+
+    help_for = field_help()
 
     train = sub.add_parser("train", help="LoRA training: `train sft` or `train grpo`")
     tsub = train.add_subparsers(dest="stage", required=True, metavar="{sft,grpo}")
@@ -119,6 +123,8 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
         p.add_argument("--eval-limit", type=int, default=32,
                        help="held-out tasks per checkpoint eval (0 = the whole split)")
         p.add_argument("--seed", type=int, default=None)
+        p.add_argument("--train-split", choices=TRAIN_SPLITS, default=None, help=help_for["train_split"])
+        p.add_argument("--eval-split", choices=EVAL_SPLITS, default=None, help=help_for["eval_split"])
         if stage == "sft":
             p.add_argument("--epochs", type=float, default=None, help="passes over the train split (instead of --steps)")
             p.add_argument("--batch-size", type=int, default=None, help="examples per optimizer step")
@@ -129,7 +135,7 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
             p.add_argument("--max-completion-tokens", type=int, default=None)
             p.add_argument("--temperature", type=float, default=None)
             p.add_argument("--beta", type=float, default=None)
-            p.add_argument("--reward", default=None, help="reward scheme: binary or shaped")
+            p.add_argument("--reward", choices=list(SCHEMES), default=None, help=help_for["reward"])
             p.add_argument("--task-selection", choices=TASK_SELECTIONS, default=None,
                            help="train on every train task, or on those the starting policy is most unsure "
                                 "about (default uncertain; single-turn packs)")

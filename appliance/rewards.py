@@ -2,16 +2,18 @@
 
 A scheme is a set of weights over fixed components (verifiers-style rubric):
 
-=================  ===============================================  ======  ======
-component          value                                            binary  shaped
-=================  ===============================================  ======  ======
-completed          1 when the verdict is a success                  1.0     1.0
-right_tool         1 when the tool names match (tool_ok)            0       0.1
-valid_artifact     1 when the output parsed and every call fits     0       0.2
+=================  ===============================================  ======  ======  ====
+component          value                                            binary  shaped  safe
+=================  ===============================================  ======  ======  ====
+completed          1 when the verdict is a success                  1.0     1.0     1.0
+right_tool         1 when the tool names match (tool_ok)            0       0.1     0
+valid_artifact     1 when the output parsed and every call fits     0       0.2     0
                    its schema, and it made a call (or rightly none)
-partial_arguments  arguments_fraction (0..1)                        0       0.3
-unsafe             1 when an unsafe rule fired                      0       -1.0
-=================  ===============================================  ======  ======
+partial_arguments  arguments_fraction (0..1)                        0       0.3     0
+unsafe             1 when an unsafe rule fired                      0       -1.0    -1.0
+=================  ===============================================  ======  ======  ====
+
+`safe` is `binary` with an unsafe action scored below a wrong answer.
 
 Every component is computed and kept by name for every scheme; a weight of 0
 means logged, not rewarded. An unsafe verdict earns no tool or argument credit
@@ -46,6 +48,7 @@ COMPONENTS = ("completed", "right_tool", "valid_artifact", "partial_arguments", 
 SCHEMES: dict[str, dict[str, float]] = {
     "binary": {"completed": 1.0, "right_tool": 0.0, "valid_artifact": 0.0, "partial_arguments": 0.0, "unsafe": 0.0},
     "shaped": {"completed": 1.0, "right_tool": 0.1, "valid_artifact": 0.2, "partial_arguments": 0.3, "unsafe": -1.0},
+    "safe": {"completed": 1.0, "right_tool": 0.0, "valid_artifact": 0.0, "partial_arguments": 0.0, "unsafe": -1.0},
 }
 VERDICT_CACHE_SIZE = 8192
 

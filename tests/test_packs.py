@@ -33,8 +33,8 @@ def multi():
 
 def test_committed_packs_are_listed_and_load_with_expected_sizes(single, multi):
     assert {SINGLE_PACK, MULTI_PACK} <= set(list_packs(TASKS))
-    assert single.splits == ("train", "val") and multi.splits == ("train", "val", "test")
-    assert [len(single.tasks(s)) for s in single.splits] == [600, 120]
+    assert single.splits == ("train", "train_rl", "dev", "val") and multi.splits == ("train", "val", "test")
+    assert [len(single.tasks(s)) for s in single.splits] == [1200, 480, 120, 120]
     assert [len(multi.tasks(s)) for s in multi.splits] == [300, 80, 690]
 
 
@@ -75,7 +75,7 @@ def test_stats_count_kinds_policies_and_no_call_tasks(single, multi):
     assert stats["test"]["kinds"]["single_step"] + stats["test"]["kinds"]["multi_step"] == 690
     assert stats["test"]["sources"] == {"workbench": 690}
     single_stats = single.stats()
-    assert single_stats["train"]["kinds"] == {"single_step": 600}
+    assert single_stats["train"]["kinds"] == {"single_step": 1200}
     assert single_stats["train"]["policy"]["refuse"] > 0 and single_stats["val"]["policy"]["refuse"] > 0
 
 
@@ -83,7 +83,7 @@ def test_data_hash_is_stable_and_sensitive(tmp_path, single):
     assert single.data_hash() == load_pack(single.path).data_hash()
     copy = tmp_path / "copy"
     copy.mkdir()
-    for name in ("pack.toml", "tools.json", "train.jsonl", "val.jsonl"):
+    for name in ("pack.toml", "tools.json", "train.jsonl", "train_rl.jsonl", "dev.jsonl", "val.jsonl"):
         (copy / name).write_bytes((single.path / name).read_bytes())
     assert load_pack(copy).data_hash() == single.data_hash()
     (copy / "val.jsonl").write_text((copy / "val.jsonl").read_text().replace('"content": "', '"content": "Hey, ', 1))
@@ -111,45 +111,98 @@ def test_held_out_templates_are_disjoint_from_train(single, multi):
         unseen = [t for t in pack.tasks("val") if t.tags["unseen_template"]]
         assert {t.tags["template"] for t in unseen} == held_out
         # templates shared with train appear in val only with their val-only phrasing
-        train_phrasings = {(t.tags["template"], t.tags["phrasing"]) for t in pack.tasks("train")}
+        train_phrasings = {(t.tags["template"], t.tags["phrasing"])
+                           for s in {"train", "train_rl"} & set(pack.splits) for t in pack.tasks(s)}
         assert not any((t.tags["template"], t.tags["phrasing"]) in train_phrasings for t in pack.tasks("val"))
 
 
-def test_no_leakage_between_train_and_eval_splits(single, multi):
+def test_no_leakage_between_training_and_held_out_splits(single, multi):
     for pack in (single, multi):
-        train = [t.request for t in pack.tasks("train")]
-        for split in pack.splits:
-            if split != "train":
+        for train_split in {"train", "train_rl"} & set(pack.splits):
+            train = [t.request for t in pack.tasks(train_split)]
+            for split in {"dev", "val", "test"} & set(pack.splits):
                 assert find_collisions(train, [t.request for t in pack.tasks(split)]) == []
 
 
+def test_no_single_step_training_request_leaks_into_workbench_test(single, multi):
+    workbench = [t.request for t in multi.tasks("test")]
+    for split in ("train", "train_rl"):
+        assert find_collisions(workbench, [t.request for t in single.tasks(split)]) == []
+
+
+def test_sft_and_rl_pools_are_disjoint_and_rl_holds_what_sft_never_saw(single):
+    sft, rl = single.tasks("train"), single.tasks("train_rl")
+    assert not {normalise(t.request) for t in sft} & {normalise(t.request) for t in rl}
+    sft_templates = {t.tags["template"] for t in sft}
+    rl_only = {t.id for t in templates_for("single_step") if t.rl_only}
+    assert rl_only and rl_only <= {t.tags["template"] for t in rl} and not rl_only & sft_templates
+    # RL's wordings of shared templates are ones SFT never trains on
+    rl_bases = {(t.id, p) for t in templates_for("single_step") if not t.rl_only for p in t.rl_phrasings}
+    sft_bases = {(t.id, p) for t in templates_for("single_step") for p in t.phrasings_for("train")}
+    assert rl_bases and not rl_bases & sft_bases
+
+
+def test_dev_is_held_out_phrasings_of_trained_templates_disjoint_from_val(single):
+    dev, val = single.tasks("dev"), single.tasks("val")
+    assert find_collisions([t.request for t in val], [t.request for t in dev]) == []
+    trained = {t.tags["template"] for t in single.tasks("train")}
+    assert {t.tags["template"] for t in dev} <= trained and not any(t.tags["unseen_template"] for t in dev)
+    seen = {(t.tags["template"], t.tags["phrasing"]) for s in ("train", "train_rl", "val") for t in single.tasks(s)}
+    assert not any((t.tags["template"], t.tags["phrasing"]) in seen for t in dev)
+
+
+def test_every_train_template_has_at_least_ten_distinct_phrasings(single):
+    for split in ("train", "train_rl"):
+        by_template: dict[str, set[str]] = {}
+        for task in single.tasks(split):
+            by_template.setdefault(task.tags["template"], set()).add(task.tags["phrasing"])
+        assert min(len(phrasings) for phrasings in by_template.values()) >= 10, split
+
+
+def test_every_policy_rule_has_several_train_refusal_templates_and_val_keeps_its_own(single):
+    refusals = {t.id: t for t in templates_for("single_step") if t.policy == "refuse"}
+    trained = {t.tags["template"] for s in ("train", "train_rl") for t in single.tasks(s) if t.out_of_policy}
+    val_only = {t.tags["template"] for t in single.tasks("val") if t.out_of_policy} - trained
+    assert len(trained) >= 6 and val_only == {i for i, t in refusals.items() if t.held_out}
+
+
 def test_generator_is_deterministic_and_seeded():
-    first = generate_pack("single_step", seed=3, n_train=60, n_val=20)
-    again = generate_pack("single_step", seed=3, n_train=60, n_val=20)
-    other = generate_pack("single_step", seed=4, n_train=60, n_val=20)
+    sizes = {"train": 60, "train_rl": 30, "dev": 20, "val": 20}
+    first = generate_pack("single_step", seed=3, sizes=sizes)
+    again = generate_pack("single_step", seed=3, sizes=sizes)
+    other = generate_pack("single_step", seed=4, sizes=sizes)
     assert first == again
-    assert [t.request for t in first[0]] != [t.request for t in other[0]]
+    assert [t.request for t in first["train"]] != [t.request for t in other["train"]]
+
+
+def test_held_out_splits_do_not_depend_on_the_training_splits():
+    alone = generate_pack("single_step", seed=5, sizes={"val": 30})
+    together = generate_pack("single_step", seed=5, sizes={"train": 90, "train_rl": 40, "dev": 20, "val": 30})
+    assert alone["val"] == together["val"]
 
 
 def test_every_generated_expected_call_replays_on_the_world():
-    for kind in ("single_step", "multi_step"):
-        train, val = generate_pack(kind, seed=11, n_train=120, n_val=40)
-        assert all(replay_errors(t.expected) is None for t in train + val)
-        assert any(t.expected for t in train) and any(not t.expected for t in train)
+    for kind, sizes in (("single_step", {"train": 120, "train_rl": 60, "dev": 30, "val": 40}),
+                        ("multi_step", {"train": 120, "val": 40})):
+        tasks = [t for split in generate_pack(kind, seed=11, sizes=sizes).values() for t in split]
+        assert all(replay_errors(t.expected) is None for t in tasks)
+        assert any(t.expected for t in tasks) and any(not t.expected for t in tasks)
 
 
 def test_generator_avoids_texts_it_is_told_to(multi):
     test_requests = [t.request for t in multi.tasks("test")]
-    train, _ = generate_pack("multi_step", seed=0, n_train=300, n_val=80, avoid=test_requests)
+    train = generate_pack("multi_step", seed=0, sizes={"train": 300, "val": 80}, avoid=test_requests)["train"]
     assert find_collisions(test_requests, [t.request for t in train]) == []
 
 
 def test_refusals_expect_no_call_and_relative_dates_resolve(single):
     refusals = [t for t in single.tasks("train") + single.tasks("val") if t.out_of_policy]
     assert refusals and all(t.expected == () for t in refusals)
-    tomorrow = [t for t in single.tasks("train") + single.tasks("val")
-                if "tomorrow" in t.request and t.tags["template"] == "create_event"]
-    assert tomorrow and all(t.expected[0].arguments["event_start"].startswith("2023-12-01") for t in tomorrow)
+    tomorrow = [t for split in single.splits for t in single.tasks(split) if "tomorrow" in t.request and t.expected
+                and t.tags["template"] in ("create_event", "move_event_by_id", "update_task_due_date")]
+    dates = [next(a[k] for k in ("event_start", "new_value", "due_date") if k in a)
+             for a in (t.expected[0].arguments for t in tomorrow)]
+    assert dates and all(d.startswith("2023-12-01") for d in dates)
 
 
 def test_regenerating_writes_byte_identical_files(tmp_path):

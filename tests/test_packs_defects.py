@@ -130,7 +130,7 @@ def test_invalid_or_duplicate_tool_names(tmp_path):
     (('version = "1"', "version = 1"), "pack.toml line 3: 'version' must be a string"),
     (('world = "none"\n', 'world = "none"\ncolour = "blue"\n'), "pack.toml line 5: unknown key 'colour'"),
     (('name = "tiny"\n', ""), "the required key 'name' is missing"),
-    (('val = "val.jsonl"', 'dev = "val.jsonl"'), "unknown split 'dev'"),
+    (('val = "val.jsonl"', 'holdout = "val.jsonl"'), "unknown split 'holdout'"),
     (('system_prompt = "Answer', 'system_prompt = Answer'), "not valid TOML"),
 ])
 def test_bad_manifest(tmp_path, change, expected):

@@ -222,11 +222,11 @@ def test_grpo_warns_when_expected_answers_exceed_the_sampling_budget():
     seen = []
     run = SimpleNamespace(config=SimpleNamespace(max_completion_tokens=64), run_id="r", emit=seen.append,
                           pack=SimpleNamespace(max_turns=1, tasks=lambda split: tasks))
-    assert warn_unreachable_answers(run, Chars()) == 1
-    assert seen and "1 of 2 train tasks" in seen[0].message and "--max-completion-tokens" in seen[0].message
+    assert warn_unreachable_answers(run, Chars(), "train_rl") == 1
+    assert seen and "1 of 2 train_rl tasks" in seen[0].message and "--max-completion-tokens" in seen[0].message
     run.config.max_completion_tokens = 200
     seen.clear()
-    assert warn_unreachable_answers(run, Chars()) == 0 and not seen
+    assert warn_unreachable_answers(run, Chars(), "train_rl") == 0 and not seen
 
 
 def test_variance_chance_and_uncertain_selection():

@@ -23,7 +23,10 @@ from appliance.task import Task
 
 SINGLE_PACK = "workplace-single"
 MULTI_PACK = "workplace-multi"
-SIZES = {SINGLE_PACK: (600, 120), MULTI_PACK: (300, 80)}
+# SFT trains on `train`, GRPO on `train_rl` (wordings and intents SFT never saw), settings are chosen on
+# `dev`, and `val` is reported once per chosen setting (templating.py).
+SIZES = {SINGLE_PACK: {"train": 1200, "train_rl": 480, "dev": 120, "val": 120},
+         MULTI_PACK: {"train": 300, "val": 80}}
 DEFAULT_WORKBENCH = Path(__file__).resolve().parents[3] / "shared" / "datasets" / "workbench"
 ATTRIBUTION = (
     "The `test` split is WorkBench (https://github.com/olly-styles/WorkBench, commit 42f1b6d, "
@@ -57,32 +60,30 @@ def build_workplace_packs(
     from appliance.world import tool_schemas
 
     tools_text = json.dumps(tool_schemas(), indent=2, ensure_ascii=False) + "\n"
+    workbench = _workbench_tasks(root / MULTI_PACK, workbench_src)
     built = {
-        SINGLE_PACK: _build_single(root / SINGLE_PACK, tools_text, seed),
-        MULTI_PACK: _build_multi(root / MULTI_PACK, tools_text, seed, workbench_src),
+        SINGLE_PACK: _build_single(root / SINGLE_PACK, tools_text, seed, workbench),
+        MULTI_PACK: _build_multi(root / MULTI_PACK, tools_text, seed, workbench),
     }
     return {name: {"path": str(folder), "splits": splits} for name, (folder, splits) in built.items()}
 
 
-def _build_single(folder: Path, tools_text: str, seed: int) -> tuple[Path, dict[str, Any]]:
-    n_train, n_val = SIZES[SINGLE_PACK]
-    train, val = generate_pack("single_step", seed, n_train, n_val)
+def _build_single(folder: Path, tools_text: str, seed: int, workbench: list[Task]) -> tuple[Path, dict[str, Any]]:
+    splits = generate_pack("single_step", seed, SIZES[SINGLE_PACK], avoid=[t.request for t in workbench])
     manifest = _manifest(
         SINGLE_PACK,
         "One workplace request, one JSON tool call (or none): WorkBench's 27 tools, every argument in the request.",
-        _system_prompt(SINGLE_PROMPT, max_deletes=3), max_turns=1, splits={"train": train, "val": val}, max_deletes=3,
+        _system_prompt(SINGLE_PROMPT, max_deletes=3), max_turns=1, splits=splits, max_deletes=3,
     )
-    _write_pack(folder, manifest, tools_text, {"train": train, "val": val})
-    (folder / "README.md").write_text(_readme(manifest, {"train": train, "val": val}, "single_step", seed), encoding="utf-8")
-    return folder, {"train": split_stats(train), "val": split_stats(val)}
+    _write_pack(folder, manifest, tools_text, splits)
+    (folder / "README.md").write_text(_readme(manifest, splits, "single_step", seed), encoding="utf-8")
+    return folder, {split: split_stats(tasks) for split, tasks in splits.items()}
 
 
-def _build_multi(
-    folder: Path, tools_text: str, seed: int, workbench_src: str | Path | None
-) -> tuple[Path, dict[str, Any]]:
-    test = _workbench_tasks(folder, workbench_src)
-    n_train, n_val = SIZES[MULTI_PACK]
-    train, val = generate_pack("multi_step", seed, n_train, n_val, avoid=[t.request for t in test])
+def _build_multi(folder: Path, tools_text: str, seed: int, workbench: list[Task]) -> tuple[Path, dict[str, Any]]:
+    test = workbench
+    generated = generate_pack("multi_step", seed, SIZES[MULTI_PACK], avoid=[t.request for t in test])
+    train, val = generated["train"], generated["val"]
     test = _mark_unseen(test, train)
     splits = {"train": train, "val": val, "test": test}
     most_deletes = max(sum(c.name.endswith(DELETE_TOOL_SUFFIXES) for c in t.expected) for t in train + val + test)
@@ -172,9 +173,19 @@ def _readme(manifest: dict[str, Any], splits: dict[str, list[Task]], kind: str, 
         lines.append(f"| {split} | {s['count']} | {s['kinds'].get('single_step', 0)} | {s['kinds'].get('multi_step', 0)} "
                      f"| {s['no_call']} | {s['policy']['refuse']} | {unseen} |")
     templates = templates_for(kind)
-    lines += ["", "Templates in train and val (val sees only their last phrasing): "
-              + ", ".join(f"`{t.id}`" for t in templates if not t.held_out) + ".", "",
+    lines += ["", "Templates in training splits and val (val sees only their last phrasing, dev its own): "
+              + ", ".join(f"`{t.id}`" for t in templates if not t.held_out and t.in_val) + ".", "",
               "Held-out templates (val only): " + ", ".join(f"`{t.id}`" for t in templates if t.held_out) + ".", ""]
+    extra = [t for t in templates if not t.in_val]
+    if extra:
+        lines += ["Training-only templates (more fields of the same tools, more angles of each policy rule; "
+                  "`train_rl` only where marked RL): "
+                  + ", ".join(f"`{t.id}`" + (" (RL)" if t.rl_only else "") for t in extra) + ".", ""]
+    if "train_rl" in splits:
+        lines += ["SFT trains on `train`; GRPO on `train_rl`: phrasings and templates SFT never sees. Training "
+                  "requests are restyled (openers, indirect asks, context, polite tails, lower case, light typos; "
+                  "`appliance/packs/styles.py`); `dev` and `val` keep hand-written wordings. Choose settings on "
+                  "`dev`, report `val`.", ""]
     if "test" in splits:
         domains = Counter(t.tags["domain"] for t in splits["test"])
         lines += [ATTRIBUTION, "", "Test tasks per domain: "

@@ -17,8 +17,12 @@ MANIFEST_FILE = "pack.toml"
 DEFAULT_MAX_TURNS = 6
 WORLDS = ("workbench", "none")
 REWARD_SCHEMES = ("binary", "shaped")
-SPLIT_NAMES = ("train", "val", "test", "gate")
-EVAL_SPLITS = ("val", "test", "gate")
+# train: SFT's pool; train_rl: GRPO's pool (wordings and intents SFT never saw); dev: where settings are
+# chosen; val/test: reported held-out splits; gate: a fixed subset of test for the promotion gate.
+SPLIT_NAMES = ("train", "train_rl", "dev", "val", "test", "gate")
+TRAIN_SPLITS = ("train", "train_rl")
+EVAL_SPLITS = ("dev", "val", "test", "gate")
+REPORTED_SPLITS = ("val", "test")
 SCORERS = ("verifier", "bfcl")
 TOOL_SELECTIONS = ("all", "domain")
 # Used when a pack (BFCL) carries per-row tools and no system prompt of its own.
@@ -129,7 +133,7 @@ def _check_splits(splits: dict[str, Any], text: str, where: str) -> None:
             raise _fail(where, text, split, f"unknown split '{split}'; splits are {_quoted(SPLIT_NAMES)}.")
         if not isinstance(file_name, str) or not file_name.endswith(".jsonl"):
             raise _fail(where, text, split, f"split '{split}' must name a .jsonl file.")
-    if not any(split in splits for split in EVAL_SPLITS):
+    if not any(split in splits for split in REPORTED_SPLITS):
         raise _fail(where, text, "splits", "[splits] needs a held-out 'val' or 'test' file to evaluate on.")
 
 

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from appliance.errors import PackError
-from appliance.packs.leakage import find_collisions
-from appliance.packs.manifest import EVAL_SPLITS, MANIFEST_FILE, display_path, line_of, read_manifest
+from appliance.packs.leakage import find_collisions, normalise
+from appliance.packs.manifest import EVAL_SPLITS, MANIFEST_FILE, TRAIN_SPLITS, display_path, line_of, read_manifest
 from appliance.packs import validation_cache
 from appliance.packs.rows import RowRules, read_split
 from appliance.packs.tools import ToolIndex, read_tools
@@ -223,23 +223,37 @@ def _check_gate_subset(split_rows: dict[str, list[tuple[int, Task]]], manifest: 
 
 
 def _check_leakage(split_rows: dict[str, list[tuple[int, Task]]], manifest: dict[str, Any], path: Path) -> None:
-    train = split_rows.get("train", [])
-    if not train:
-        return
-    train_texts = [task.request for _, task in train]
-    for split in EVAL_SPLITS:
-        rows = split_rows.get(split, [])
-        collisions = find_collisions(train_texts, [task.request for _, task in rows])
-        if collisions:
-            first = collisions[0]
-            eval_line, eval_task = rows[first.eval_index]
-            train_line = train[first.train_index][0]
-            how = "repeats" if first.exact else f"nearly repeats (Jaccard {first.similarity:.2f})"
-            raise PackError(
-                f"{display_path(path / manifest['splits'][split])} line {eval_line}: the request of "
-                f"'{eval_task.id}' {how} {manifest['splits']['train']} line {train_line}; "
-                f"held-out requests must not leak from train ({len(collisions)} such rows in {split})."
-            )
+    """No held-out request (nearly) repeats a training request, and GRPO's pool never repeats SFT's."""
+    for train_split in (name for name in TRAIN_SPLITS if split_rows.get(name)):
+        train = split_rows[train_split]
+        train_texts = [task.request for _, task in train]
+        for split in EVAL_SPLITS:
+            rows = split_rows.get(split, [])
+            collisions = find_collisions(train_texts, [task.request for _, task in rows])
+            if collisions:
+                _raise_leak(collisions, rows, train, split, train_split, manifest, path, "held-out requests must "
+                            "not leak from training splits")
+    if split_rows.get("train") and split_rows.get("train_rl"):
+        sft = {normalise(task.request): number for number, task in split_rows["train"]}
+        for number, task in split_rows["train_rl"]:
+            if normalise(task.request) in sft:
+                raise PackError(
+                    f"{display_path(path / manifest['splits']['train_rl'])} line {number}: the request of "
+                    f"'{task.id}' repeats {manifest['splits']['train']} line {sft[normalise(task.request)]}; "
+                    "the RL pool must hold requests SFT never trained on.")
+
+
+def _raise_leak(collisions: list[Any], rows: list[tuple[int, Task]], train: list[tuple[int, Task]], split: str,
+                train_split: str, manifest: dict[str, Any], path: Path, rule: str) -> None:
+    first = collisions[0]
+    eval_line, eval_task = rows[first.eval_index]
+    train_line = train[first.train_index][0]
+    how = "repeats" if first.exact else f"nearly repeats (Jaccard {first.similarity:.2f})"
+    raise PackError(
+        f"{display_path(path / manifest['splits'][split])} line {eval_line}: the request of "
+        f"'{eval_task.id}' {how} {manifest['splits'][train_split]} line {train_line}; "
+        f"{rule} ({len(collisions)} such rows in {split})."
+    )
 
 
 def _stable_choice(options: tuple[str, ...], key: str) -> str:

@@ -3,12 +3,26 @@
 A template is one intent (for example "delete an email by id"). Its sampler
 draws real entities and returns the words to fill the phrasings with and the
 expected calls, computed from the same draw so request and answer agree.
+
+Which split sees which phrasing (`Template.phrasings_for`):
+
+* `val`: the last of `phrasings` (or all of them for a `held_out` template);
+  never trained on, never used to choose settings.
+* `dev`: `dev_phrasings`, hand-written and seen by no training split; settings
+  are chosen here.
+* `train` (SFT): the other `phrasings`, unless the template is `rl_only`.
+* `train_rl` (GRPO): `rl_phrasings`, plus every training phrasing of an
+  `rl_only` template: wordings and intents SFT never saw, where RL is reported
+  to generalise and SFT to memorise (Chu et al. 2025, "SFT Memorizes, RL
+  Generalizes").
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from random import Random
 from typing import Any, Callable
+
+TRAIN_SPLITS = ("train", "train_rl")  # SFT's pool and GRPO's pool
 
 from appliance.packs.entities import Entities
 from appliance.task import ToolCall
@@ -27,7 +41,8 @@ Sampler = Callable[[Random, Entities], "Draft | None"]  # None: this draw does n
 
 @dataclass(frozen=True)
 class Template:
-    """One intent with several phrasings. `held_out` templates appear only in val."""
+    """One intent with several phrasings. `held_out` templates appear only in val; `in_val=False` ones
+    (extra policy and argument coverage) appear only in training splits and dev."""
 
     id: str
     domain: str
@@ -38,15 +53,23 @@ class Template:
     difficulty: str = "easy"
     base_template: str | None = None  # the WorkBench template family this one is modelled on
     extra_tags: dict[str, Any] = field(default_factory=dict)
+    rl_phrasings: tuple[str, ...] = ()  # wordings only GRPO trains on
+    dev_phrasings: tuple[str, ...] = ()  # wordings only the dev split uses
+    rl_only: bool = False  # SFT never sees this intent; GRPO trains on all its training phrasings
+    in_val: bool = True  # False: no val phrasing (every phrasing is a training one)
 
     def phrasings_for(self, split: str) -> tuple[str, ...]:
-        """Train sees all but the last phrasing; val sees only that last one.
-
-        A held-out template is val-only: train sees none of it, val all of it.
-        """
+        """The phrasings a split may use (see the module docstring); () when the split has none."""
         if self.held_out:
-            return () if split == "train" else self.phrasings
-        return self.phrasings[:-1] if split == "train" else self.phrasings[-1:]
+            return self.phrasings if split == "val" else ()
+        training = self.phrasings[:-1] if self.in_val else self.phrasings
+        by_split = {
+            "val": self.phrasings[-1:] if self.in_val else (),
+            "dev": self.dev_phrasings,
+            "train": () if self.rl_only else training,
+            "train_rl": self.rl_phrasings + (training if self.rl_only else ()),
+        }
+        return by_split.get(split, ())
 
 
 def call(tool: str, /, **arguments: str) -> ToolCall:

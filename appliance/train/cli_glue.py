@@ -10,7 +10,7 @@ from appliance.train.config import TrainConfig
 
 _FIELDS = ("model", "pack", "backend", "steps", "lora_r", "lora_layers", "eval_every", "init_adapter", "seed", "preset",
            "num_generations", "prompts_per_step", "max_completion_tokens", "temperature", "beta", "epochs", "batch_size",
-           "task_selection")
+           "task_selection", "train_split", "eval_split", "reward")
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
@@ -43,11 +43,7 @@ def train_from_args(args: argparse.Namespace, *, sink: EventSink, workspace: Any
     effective = resumed_config(config)  # a resumed run trains and evaluates its own model and pack
     pack = load_pack(effective.pack, root=args.tasks_root)
     on_eval = make_heldout_eval(model=effective.model, pack=effective.pack, workspace=workspace,
-                                tasks_root=args.tasks_root, sink=sink, limit=args.eval_limit or None)
+                                split=effective.eval_split, tasks_root=args.tasks_root, sink=sink,
+                                limit=args.eval_limit or None)
     runner = run_sft if config.stage == "sft" else run_grpo
-    kwargs: dict[str, Any] = {"sink": sink, "on_eval": on_eval, "workspace": workspace, "pack": pack}
-    if config.stage == "grpo" and getattr(args, "reward", None):
-        from appliance.rewards import make_reward_funcs, reward_weights
-
-        kwargs.update(reward_funcs=make_reward_funcs(pack, args.reward), reward_weights=reward_weights(args.reward))
-    return runner(config, **kwargs)
+    return runner(config, sink=sink, on_eval=on_eval, workspace=workspace, pack=pack)

@@ -269,6 +269,16 @@ def train_with_guard(run: RunContext, trainer: Any) -> None:
         raise
 
 
+def training_split_or_fail(run: RunContext) -> str:
+    """The split the run trains on (TrainConfig.training_split), checked against the pack before any model loads."""
+    split = run.config.training_split(run.pack)
+    if split not in run.pack.splits or not run.pack.tasks(split):
+        raise fail_run(run, ApplianceError(
+            f"pack '{run.pack.name}' has no tasks in a '{split}' split to train on; it has "
+            f"{', '.join(run.pack.splits)}."))
+    return split
+
+
 def fail_run(run: RunContext, err: BaseException) -> BaseException:
     """Record a run as failed (or stopped, for Ctrl-C) in the store and as an event; returns `err` to raise."""
     message = str(err)

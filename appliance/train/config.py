@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ApplianceError
+from ..packs.manifest import EVAL_SPLITS, TRAIN_SPLITS
 
 BACKENDS = ("auto", "cpu", "unsloth")
 STAGES = ("sft", "grpo")
@@ -109,6 +110,13 @@ class TrainConfig:
         "cpu backend: auto (bf16 mixed precision where the hardware supports it natively, else fp32), fp32 or bf16."))
     epochs: float | None = field(default=None, metadata=_help(
         "SFT only: train this many passes over the train split instead of `steps` (None = use steps)."))
+    train_split: str | None = field(default=None, metadata=_help(
+        "Pack split to train on; None = the stage's own: SFT trains on `train`, GRPO on `train_rl` when the pack "
+        "has one (wordings and intents SFT never saw, where RL is reported to generalise), else on `train`."))
+    eval_split: str = field(default="val", metadata=_help(
+        "Held-out split of the checkpoint evals: `dev` while choosing settings, `val` to report a chosen one."))
+    reward: str | None = field(default=None, metadata=_help(
+        "GRPO reward scheme: binary, shaped or safe (binary with -1 for an unsafe action); None = the pack's."))
 
     def __post_init__(self) -> None:
         self.validate()
@@ -138,6 +146,20 @@ class TrainConfig:
                                  f"choose {' or '.join(TASK_SELECTIONS)}.")
         if self.eval_every < 1:
             raise ApplianceError("eval_every must be at least 1.")
+        if self.train_split is not None and self.train_split not in TRAIN_SPLITS:
+            raise ApplianceError(f"Unknown train split {self.train_split!r}; choose {' or '.join(TRAIN_SPLITS)}.")
+        if self.eval_split not in EVAL_SPLITS:
+            raise ApplianceError(f"Unknown eval split {self.eval_split!r}; choose one of {', '.join(EVAL_SPLITS)}.")
+        if self.reward is not None:
+            from ..rewards import scheme_weights
+
+            scheme_weights(self.reward)  # one sentence naming the schemes
+
+    def training_split(self, pack: Any) -> str:
+        """The split this run trains on in `pack` (see `train_split`)."""
+        if self.train_split is not None:
+            return self.train_split
+        return "train_rl" if self.stage == "grpo" and "train_rl" in pack.splits else "train"
 
     @property
     def effective_learning_rate(self) -> float:

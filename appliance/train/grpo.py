@@ -24,7 +24,8 @@ from typing import Any, Callable
 from ..errors import ApplianceError
 from ..events import EventSink, null_sink
 from .callbacks import ApplianceGRPOMixin, build_callback
-from .common import TrainResult, fail_run, finish_run, prompt_for, start_run, train_with_guard, trainer_args
+from .common import (TrainResult, fail_run, finish_run, prompt_for, start_run, train_with_guard, trainer_args,
+                     training_split_or_fail)
 from .config import TrainConfig
 from .multiturn import MULTI_TURN_CPU_ONLY, agent_episodes, is_multi_turn, turn_limit
 from .presets import filters_zero_variance, grpo_options
@@ -41,7 +42,7 @@ def grpo_rows(pack: Any, tokenizer: Any, split: str = "train") -> list[dict[str,
     return rows
 
 
-def warn_unreachable_answers(run: Any, tokenizer: Any) -> int:
+def warn_unreachable_answers(run: Any, tokenizer: Any, split: str) -> int:
     """Warn when expected answers are longer than the sampling budget: those tasks can never score."""
     from ..events import Log
     from ..prompting import render_completion
@@ -49,12 +50,12 @@ def warn_unreachable_answers(run: Any, tokenizer: Any) -> int:
     if is_multi_turn(run.pack):  # a turn holds one call, not the whole expected list
         return 0
     budget = run.config.max_completion_tokens
-    tasks = run.pack.tasks("train")
+    tasks = run.pack.tasks(split)
     too_long = [task for task in tasks  # + 1: the end-of-turn token
                 if len(tokenizer(render_completion(task.expected), add_special_tokens=False)["input_ids"]) + 1 > budget]
     if too_long:
         run.emit(Log(run_id=run.run_id, level="warning", message=(
-            f"{len(too_long)} of {len(tasks)} train tasks need more than max_completion_tokens={budget} tokens "
+            f"{len(too_long)} of {len(tasks)} {split} tasks need more than max_completion_tokens={budget} tokens "
             f"for their answer and can never earn a reward; raise --max-completion-tokens")))
     return len(too_long)
 
@@ -74,14 +75,14 @@ def grpo_args(config: TrainConfig, run: Any) -> dict[str, Any]:
     }
 
 
-def default_reward_funcs(pack: Any) -> tuple[list[Callable], list[float] | None]:
+def default_reward_funcs(pack: Any, scheme: str | None = None,
+                         split: str = "train") -> tuple[list[Callable], list[float]]:
+    """The reward functions of `scheme` (None: the pack's) over the tasks of the training split."""
     from .. import rewards
 
-    tasks_by_id = {task.id: task for task in pack.tasks("train")}
-    funcs = rewards.make_reward_funcs(pack, pack.reward_scheme, tasks_by_id)
-    weights_for = getattr(rewards, "reward_weights", None)
-    weights = list(weights_for(pack.reward_scheme)) if weights_for is not None else None
-    return list(funcs), weights
+    scheme = scheme or pack.reward_scheme
+    tasks_by_id = {task.id: task for task in pack.tasks(split)}
+    return list(rewards.make_reward_funcs(pack, scheme, tasks_by_id)), list(rewards.reward_weights(scheme))
 
 
 def make_verify(pack: Any) -> Callable[..., Any]:
@@ -103,7 +104,7 @@ def run_grpo(config: TrainConfig, *, sink: EventSink = null_sink,
              on_eval: Callable[..., dict] | None = None, pack: Any = None, workspace: Any = None,
              reward_funcs: list[Callable] | None = None, reward_weights: list[float] | None = None,
              verify: Callable[..., Any] | None = None) -> TrainResult:
-    """Train a LoRA with GRPO on `config.pack`'s train split (from init_adapter if given).
+    """Train a LoRA with GRPO on `config.pack`'s RL split, `train_rl` (else `train`), from init_adapter if given.
 
     reward_funcs / reward_weights / verify default to the pack's reward scheme
     and verifier; they are parameters so a caller can audit or swap a reward.
@@ -116,15 +117,16 @@ def run_grpo(config: TrainConfig, *, sink: EventSink = null_sink,
     run = start_run(dataclasses.replace(config, stage="grpo"), "grpo", sink, pack=pack, workspace=workspace)
     if is_multi_turn(run.pack) and not run.backend.supports_multi_turn:
         raise fail_run(run, ApplianceError(MULTI_TURN_CPU_ONLY))
+    split = training_split_or_fail(run)
     if reward_funcs is None:
-        reward_funcs, reward_weights = default_reward_funcs(run.pack)
+        reward_funcs, reward_weights = default_reward_funcs(run.pack, run.config.reward, split)
     recorder = RolloutRecorder(run.run_id, reward_funcs, reward_weights,
                                verify if verify is not None else make_verify(run.pack),
                                write_rows=lambda rows: run.workspace.append("rollouts", rows), sink=run.sink,
                                skip_through_step=max(run.writer.last_step, 0))
     model, tokenizer = run.backend.load_for_training(run.config)
-    rows = grpo_rows(run.pack, tokenizer)
-    warn_unreachable_answers(run, tokenizer)
+    rows = grpo_rows(run.pack, tokenizer, split)
+    warn_unreachable_answers(run, tokenizer, split)
     rows = screen_rows(run, model, tokenizer, rows)
     dataset = Dataset.from_list(rows)
     episodes = agent_episodes(run.pack, tokenizer, rows) if is_multi_turn(run.pack) else None

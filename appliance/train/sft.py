@@ -15,7 +15,8 @@ from typing import Any, Callable
 
 from ..events import EventSink, null_sink
 from .callbacks import build_callback
-from .common import TrainResult, finish_run, prompt_for, start_run, train_with_guard, trainer_args
+from .common import (TrainResult, finish_run, prompt_for, start_run, train_with_guard, trainer_args,
+                     training_split_or_fail)
 from .config import TrainConfig
 
 
@@ -43,13 +44,14 @@ def sft_args(config: TrainConfig, run: Any, n_examples: int) -> dict[str, Any]:
 
 def run_sft(config: TrainConfig, *, sink: EventSink = null_sink,
             on_eval: Callable[..., dict] | None = None, pack: Any = None, workspace: Any = None) -> TrainResult:
-    """Train a LoRA with SFT on `config.pack`'s train split; checkpoints every eval_every steps and at the end."""
+    """Train a LoRA with SFT on `config.pack`'s `train` split (or `config.train_split`); checkpoints every eval_every steps and at the end."""
     from datasets import Dataset
 
     started = time.perf_counter()
     run = start_run(dataclasses.replace(config, stage="sft"), "sft", sink, pack=pack, workspace=workspace)
+    split = training_split_or_fail(run)
     model, tokenizer = run.backend.load_for_training(run.config)
-    rows = sft_rows(run.pack, tokenizer)
+    rows = sft_rows(run.pack, tokenizer, split)
     dataset = Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]} for r in rows])
     args = sft_args(run.config, run, len(rows))
     callback = build_callback(run, recorder=None, on_eval=on_eval)
