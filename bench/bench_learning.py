@@ -1,12 +1,18 @@
-"""Learning, the headline: baseline → SFT → GRPO on the embedded model, held-out success and wall time.
+"""Learning, the headline: baseline → SFT → GRPO on the embedded model, with the honest protocol.
 
-Every stage goes through the same engine functions the CLI uses (run_eval,
-run_sft, run_grpo), on the pack's held-out `val` split (greedy, k=1), into a
-throwaway workspace. The paired bootstrap over tasks says whether a gain holds.
+SFT trains on the pack's `train` split; GRPO, from the SFT adapter, on `train_rl`
+(wordings and intents SFT never saw) when the pack has one. Every stage is
+evaluated greedily on each split of `--eval-splits`: `dev` is where settings are
+chosen, `val` is reported once per chosen setting. pass@k of the SFT start
+(sampled, T 0.7) says how much GRPO can convert: it can only reinforce what the
+model sometimes does. Paired bootstrap over tasks says whether a gain holds.
+Every stage goes through the engine functions the CLI uses (run_eval, run_sft,
+run_grpo), into a throwaway workspace.
 
     .venv/bin/python bench/bench_learning.py [--pack workplace-single] [--sft-steps 150] [--grpo-steps 30]
+        [--eval-splits dev,val] [--pass-k 4] [--reward binary|shaped|safe] [--sft-adapter DIR]
 
-Prints `name: value` lines, then a Markdown table for the README.
+Prints `name: value` lines (`<split>_<stage>_<metric>`), then a Markdown table per split.
 """
 from __future__ import annotations
 
@@ -17,6 +23,9 @@ import time
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads; see bench_generate.py
 
+STAGES = ("baseline", "sft", "sft_grpo")
+COMPARISONS = (("sft", "baseline"), ("sft_grpo", "sft"), ("sft_grpo", "baseline"))
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -24,62 +33,95 @@ def main() -> None:
     parser.add_argument("--pack", default="workplace-single")
     parser.add_argument("--sft-steps", type=int, default=150)
     parser.add_argument("--grpo-steps", type=int, default=30)
+    parser.add_argument("--eval-splits", default="dev,val", help="comma-separated held-out splits to evaluate on")
+    parser.add_argument("--pass-k", type=int, default=4, help="pass@k of the SFT start on each split (0: skip)")
+    parser.add_argument("--reward", default=None, help="GRPO reward scheme (default: the pack's)")
+    parser.add_argument("--sft-adapter", default=None, help="reuse this SFT adapter instead of training one")
     parser.add_argument("--limit", type=int, default=None, help="held-out tasks per eval (default: all)")
     args = parser.parse_args()
 
-    from appliance.evaluate import EvalSettings, paired_bootstrap, run_eval
-    from appliance.evaluate.metrics import success_rate_by_task
+    from appliance.packs import load_pack
     from appliance.store import Workspace
     from appliance.train import TrainConfig, run_grpo, run_sft
 
+    splits = [s.strip() for s in args.eval_splits.split(",") if s.strip()]
+    pack = load_pack(args.pack)
+    missing = [s for s in splits if s not in pack.splits]
+    if missing:
+        parser.error(f"pack {args.pack} has no split {', '.join(missing)}; it has {', '.join(pack.splits)}")
     tmp = tempfile.mkdtemp(prefix="bench-learning-")
     ws = Workspace.open(os.path.join(tmp, "runs"))
     common = {"model": args.model, "pack": args.pack, "output": os.path.join(tmp, "checkpoints"),
               "workspace": str(ws.root)}
+    reports: dict[tuple[str, str], object] = {}
+    seconds: dict[str, float] = {}
 
-    def evaluate(adapter: str | None):
-        t0 = time.perf_counter()
-        report = run_eval(EvalSettings(model=args.model, adapter=adapter, pack=args.pack, split="val", k=1,
-                                       limit=args.limit), workspace=ws)
-        return report, time.perf_counter() - t0
+    def evaluate_all(stage: str, adapter: str | None) -> None:
+        for split in splits:
+            report, took = _evaluate(args, ws, adapter, split, k=1)
+            reports[(split, stage)] = report
+            seconds[f"{split}_{stage}_eval_s"] = took
 
-    rows = []
-    base, base_s = evaluate(None)
-    rows.append(("baseline", base, base_s, 0.0))
+    evaluate_all("baseline", None)
     t0 = time.perf_counter()
-    sft = run_sft(TrainConfig(stage="sft", steps=args.sft_steps, eval_every=args.sft_steps, **common), workspace=ws)
-    sft_train_s = time.perf_counter() - t0
-    sft_eval, sft_eval_s = evaluate(sft.final_adapter)
-    rows.append(("SFT", sft_eval, sft_eval_s, sft_train_s))
+    sft_adapter = args.sft_adapter or run_sft(
+        TrainConfig(stage="sft", steps=args.sft_steps, eval_every=args.sft_steps, **common), workspace=ws).final_adapter
+    seconds["sft_train_s"] = 0.0 if args.sft_adapter else time.perf_counter() - t0
+    evaluate_all("sft", sft_adapter)
+    if args.pass_k > 1:
+        for split in splits:
+            report, took = _evaluate(args, ws, sft_adapter, split, k=args.pass_k)
+            reports[(split, "sft_pass_k")] = report
+            seconds[f"{split}_sft_pass{args.pass_k}_eval_s"] = took
     t0 = time.perf_counter()
     grpo = run_grpo(TrainConfig(stage="grpo", steps=args.grpo_steps, eval_every=args.grpo_steps,
-                                init_adapter=sft.final_adapter, **common), workspace=ws)
-    grpo_train_s = time.perf_counter() - t0
-    grpo_eval, grpo_eval_s = evaluate(grpo.final_adapter)
-    rows.append(("SFT+GRPO", grpo_eval, grpo_eval_s, grpo_train_s))
-
-    for name, report, eval_s, train_s in rows:
-        key = name.lower().replace("+", "_")
-        m = report.metrics
-        print(f"{key}_execution_success: {m['execution_success_rate']:.4f}")
-        print(f"{key}_valid_json: {m['valid_json_rate']:.4f}")
-        print(f"{key}_unsafe: {m['unsafe_action_rate']:.4f}")
-        print(f"{key}_train_s: {train_s:.1f}")
-        print(f"{key}_eval_s: {eval_s:.1f}")
-    overall = paired_bootstrap(success_rate_by_task(base.samples), success_rate_by_task(grpo_eval.samples))
-    grpo_gain = paired_bootstrap(success_rate_by_task(sft_eval.samples), success_rate_by_task(grpo_eval.samples))
-    print(f"sft_grpo_vs_baseline_delta: {overall.delta:.4f}")
-    print(f"sft_grpo_vs_baseline_ci95: {overall.low:.4f}..{overall.high:.4f}")
-    print(f"grpo_vs_sft_delta: {grpo_gain.delta:.4f}")
-    print(f"grpo_vs_sft_ci95: {grpo_gain.low:.4f}..{grpo_gain.high:.4f}")
-    print()
-    print("| stage | held-out execution success | valid JSON | unsafe | train time | eval time |")
-    print("|---|---|---|---|---|---|")
-    for name, report, eval_s, train_s in rows:
-        m = report.metrics
-        print(f"| {name} | {m['execution_success_rate']:.1%} ({m['n_tasks']} tasks) | {m['valid_json_rate']:.1%} "
-              f"| {m['unsafe_action_rate']:.1%} | {train_s / 60:.1f} min | {eval_s / 60:.1f} min |")
+                                init_adapter=sft_adapter, reward=args.reward, **common), workspace=ws)
+    seconds["sft_grpo_train_s"] = time.perf_counter() - t0
+    evaluate_all("sft_grpo", grpo.final_adapter)
+    _print_results(args, splits, reports, seconds, grpo_split=TrainConfig(stage="grpo").training_split(pack))
     print(f"\nworkspace: {ws.root}")
+
+
+def _evaluate(args: argparse.Namespace, ws: object, adapter: str | None, split: str, k: int):
+    from appliance.evaluate import EvalSettings, run_eval
+
+    t0 = time.perf_counter()
+    report = run_eval(EvalSettings(model=args.model, adapter=adapter, pack=args.pack, split=split, k=k,
+                                   limit=args.limit), workspace=ws)
+    return report, time.perf_counter() - t0
+
+
+def _print_results(args: argparse.Namespace, splits: list[str], reports: dict, seconds: dict[str, float],
+                   grpo_split: str) -> None:
+    from appliance.evaluate import paired_bootstrap
+    from appliance.evaluate.metrics import success_rate_by_task
+
+    print(f"grpo_train_split: {grpo_split}")
+    for split in splits:
+        for stage in STAGES:
+            m = reports[(split, stage)].metrics
+            for name, key in (("execution_success", "execution_success_rate"), ("valid_json", "valid_json_rate"),
+                              ("unsafe", "unsafe_action_rate")):
+                print(f"{split}_{stage}_{name}: {m[key]:.4f}")
+        if (split, "sft_pass_k") in reports:
+            m = reports[(split, "sft_pass_k")].metrics
+            print(f"{split}_sft_pass@{args.pass_k}: {m[f'pass@{args.pass_k}']:.4f}")
+            print(f"{split}_sft_pass@1_sampled: {m['pass@1']:.4f}")
+        for after, before in COMPARISONS:
+            d = paired_bootstrap(success_rate_by_task(reports[(split, before)].samples),
+                                 success_rate_by_task(reports[(split, after)].samples))
+            print(f"{split}_{after}_vs_{before}_delta: {d.delta:.4f}")
+            print(f"{split}_{after}_vs_{before}_ci95: {d.low:.4f}..{d.high:.4f}")
+    for name, value in seconds.items():
+        print(f"{name}: {value:.1f}")
+    for split in splits:
+        print(f"\n{split}:\n")
+        print("| stage | held-out execution success | valid JSON | unsafe |")
+        print("|---|---|---|---|")
+        for stage in STAGES:
+            m = reports[(split, stage)].metrics
+            print(f"| {stage} | {m['execution_success_rate']:.1%} ({m['n_tasks']} tasks) | "
+                  f"{m['valid_json_rate']:.1%} | {m['unsafe_action_rate']:.1%} |")
 
 
 if __name__ == "__main__":

@@ -228,3 +228,48 @@ def test_grpo_default_rewards_store_every_component(config):
         "SELECT map_keys(components), reward, v_reason FROM rollouts WHERE run_id = ?", [result.run_id])
     assert len(rows) == 8
     assert all(sorted(r[0]) == sorted(COMPONENTS) and r[2] for r in rows)
+
+
+def with_rl_split(pack_dir: Path) -> Path:
+    """The mini pack plus a `train_rl` split of requests SFT never sees (GRPO's pool)."""
+    rows = [{"id": f"rl{i}", "messages": [{"role": "user", "content": f"Could you write to {name} about lunch?"}],
+             "expected": [{"name": "send_email", "arguments": {"to": name}}], "kind": "single_step", "tags": {}}
+            for i, name in enumerate(("Lena", "Raj", "Ines"))]
+    (pack_dir / "train_rl.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    manifest = pack_dir / "pack.toml"
+    manifest.write_text(manifest.read_text().replace('train = "train.jsonl"\n',
+                                                     'train = "train.jsonl"\ntrain_rl = "train_rl.jsonl"\n'))
+    return pack_dir
+
+
+def test_grpo_draws_only_from_the_rl_split_and_sft_only_from_train(config):
+    from appliance.store import Workspace
+
+    config = dataclasses.replace(config, pack=str(with_rl_split(Path(config.pack))), task_selection="all", steps=2)
+    result = grpo(config)
+    ws = Workspace.open(config.workspace)
+    _, rows = ws.query("SELECT DISTINCT task_id FROM rollouts WHERE run_id = ?", [result.run_id])
+    assert rows and {r[0] for r in rows} <= {"rl0", "rl1", "rl2"}
+    assert json.loads((Path(result.run_dir) / "config.json").read_text())["train_split"] is None
+    from appliance.packs import load_pack
+    from appliance.train.sft import sft_rows
+
+    pack = load_pack(config.pack)
+    assert config.training_split(pack) == "train_rl"
+    sft = dataclasses.replace(config, stage="sft")
+    assert sft.training_split(pack) == "train"
+    assert dataclasses.replace(config, train_split="train").training_split(pack) == "train"
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(config.model)
+    assert {r["task_id"] for r in sft_rows(pack, tokenizer, sft.training_split(pack))} == {"m0", "m1", "m2", "m3"}
+
+
+def test_a_missing_training_split_is_one_sentence_before_the_model_loads(config, monkeypatch):
+    from appliance.errors import ApplianceError
+    from appliance.train.cpu import CpuBackend
+
+    monkeypatch.setattr(CpuBackend, "load_for_training", lambda *a, **k: pytest.fail("the model loaded"))
+    with pytest.raises(ApplianceError, match="no tasks in a 'train_rl' split"):
+        grpo(dataclasses.replace(config, train_split="train_rl"))
+
