@@ -139,6 +139,7 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
             p.add_argument("--task-selection", choices=TASK_SELECTIONS, default=None,
                            help="train on every train task, or on those the starting policy is most unsure "
                                 "about (default uncertain; single-turn packs)")
+            p.add_argument("--screen-limit", type=int, default=None, help=help_for["screen_limit"])
         _common(p, events=True)
 
 

@@ -25,6 +25,9 @@ from appliance.events import (Event, EventSink, EvalFinished, Log, RunFailed, Ru
                               parse_event)
 
 
+QUICK_SCREEN_LIMIT = 32  # tasks a --quick run screens for GRPO: enough to pick its 8, seconds not minutes
+
+
 @dataclass
 class PipelineSettings:
     model: str = field(default="smollm2-135m", metadata={"help": "base model"})
@@ -44,6 +47,10 @@ class PipelineSettings:
     def __post_init__(self) -> None:
         if self.quick:
             self.eval_limit, self.sft_steps, self.grpo_steps = min(self.eval_limit or 8, 8), 4, 2
+
+    def grpo_args(self) -> list[str]:
+        """A quick run screens a sample of GRPO's pool, not all of it (a smoke run still passes through screening)."""
+        return ["--screen-limit", str(QUICK_SCREEN_LIMIT)] if self.quick else []
 
 
 @dataclass
@@ -156,7 +163,7 @@ def _train(s: PipelineSettings, action: str, workspace: Any, sink: EventSink,
                             + _heldout_line(sft_adapter))
         init = ["--init-adapter", sft_adapter]
     t0 = time.perf_counter()
-    grpo_adapter = _train_stage("grpo", s, workspace, sink, init)
+    grpo_adapter = _train_stage("grpo", s, workspace, sink, init + s.grpo_args())
     _timed(result, "grpo", t0)
     result.lines.append(f"GRPO: {s.grpo_steps} steps → {grpo_adapter} ({result.stages_s['grpo']:.0f}s)"
                         + _heldout_line(grpo_adapter))

@@ -240,3 +240,25 @@ def test_variance_chance_and_uncertain_selection():
     assert not any(t.selected for t in select_uncertain(scored, 0))
     with pytest.raises(ApplianceError, match="task selection"):
         TrainConfig(task_selection="hard")
+
+
+def test_screening_sample_keeps_order_is_seeded_and_bounded():
+    from types import SimpleNamespace
+
+    from appliance.train.screen import screening_sample
+
+    rows = [{"task_id": f"t{i}"} for i in range(50)]
+    config = SimpleNamespace(screen_limit=8, seed=0)
+    sample = screening_sample(rows, config)
+    assert len(sample) == 8 and sample == sorted(sample, key=lambda r: int(r["task_id"][1:]))
+    assert sample == screening_sample(rows, config)
+    assert sample != screening_sample(rows, SimpleNamespace(screen_limit=8, seed=1))
+    assert screening_sample(rows, SimpleNamespace(screen_limit=None, seed=0)) == rows
+    assert screening_sample(rows[:5], config) == rows[:5]
+
+
+def test_quick_pipeline_screens_a_sample_of_grpo_pool():
+    from appliance.pipeline import QUICK_SCREEN_LIMIT, PipelineSettings
+
+    assert PipelineSettings(quick=True).grpo_args() == ["--screen-limit", str(QUICK_SCREEN_LIMIT)]
+    assert PipelineSettings().grpo_args() == []

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 from collections import defaultdict
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -116,13 +117,22 @@ def screen_rows(run: Any, model: Any, tokenizer: Any, rows: list[dict[str, Any]]
     path = Path(run.run_dir) / SCREENING_FILE
     screened = load_screening(path) if path.is_file() else None
     if screened is None:
-        screened = select_uncertain(score_tasks(run, model, tokenizer, rows),
+        screened = select_uncertain(score_tasks(run, model, tokenizer, screening_sample(rows, config)),
                                     config.steps * config.prompts_per_step)
         save_screening(path, screened)
         run.emit(screening_event(run.run_id, screened, config.temperature))
     chosen = {task.task_id for task in screened if task.selected}
     run.emit(Log(run_id=run.run_id, message=summary_line(screened, config.num_generations)))
     return [row for row in rows if row["task_id"] in chosen]
+
+
+def screening_sample(rows: list[dict[str, Any]], config: Any) -> list[dict[str, Any]]:
+    """The rows to score: all of them, or a seeded sample of `screen_limit` in their original order."""
+    limit = config.screen_limit
+    if limit is None or len(rows) <= limit:
+        return rows
+    keep = set(random.Random(config.seed).sample(range(len(rows)), limit))
+    return [row for i, row in enumerate(rows) if i in keep]
 
 
 def summary_line(screened: list[ScreenedTask], group_size: int) -> str:
