@@ -130,7 +130,8 @@ async def test_train_step_metrics_draw_charts_and_an_alarm_raises_the_banner(tmp
         await pilot.press("r")
         await settle(app, pilot)
         args = engine.calls[-1]
-        assert args[:2] == ["train", "grpo"] and args[args.index("--preset") + 1] == "grpo"
+        assert args[:2] == ["train", "grpo"] and "--preset" not in args  # the default preset is the engine's
+        assert args[args.index("--init-adapter") + 1] == "checkpoints/sft-1/step-20"  # GRPO refines the SFT checkpoint
         charts = app.screen.query_one(TrainCharts)
         assert [v for _, v in charts.history["kl"]["kl"]] == pytest.approx([0.01 * s for s in range(1, 7)])
         assert set(charts.history["reward"]) == {"total", "valid_json", "exact"}

@@ -20,6 +20,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol, Sequence
 
+from appliance.packs.manifest import TRAIN_SPLITS  # a constant: no heavy imports
+
 Rows = list[dict[str, Any]]
 
 
@@ -143,6 +145,18 @@ def promoted_checkpoint(data: DataSource) -> dict[str, Any] | None:
     return rows[-1] if rows else None
 
 
+def init_adapter_default(data: DataSource, model: str, pack: str) -> str:
+    """Where a GRPO run starts unless told otherwise: the newest SFT checkpoint of this model and pack, else the
+    promoted adapter (if it was trained on them); '' (the base model) when there is neither."""
+    rows = safe_rows(data, "SELECT c.path, c.promoted, r.kind FROM checkpoints c LEFT JOIN runs r USING (run_id) "
+                           "WHERE c.path IS NOT NULL AND coalesce(c.status, '') <> 'deleted' "
+                           "AND coalesce(r.model, ?) = ? AND coalesce(r.pack, ?) = ? "
+                           "ORDER BY c.created_at NULLS FIRST, c.step NULLS FIRST, c.id",
+                     [model, model, pack, pack])
+    chosen = [r for r in rows if r.get("kind") == "sft"] or [r for r in rows if r.get("promoted")]
+    return str(chosen[-1]["path"]) if chosen else ""
+
+
 def audit_labels(data: DataSource, eval_id: str) -> Rows:
     """Labels in the order they were made, so a later label for the same sample wins."""
     return safe_rows(data, "SELECT task_id, sample_index, label, note FROM audits WHERE eval_id = ? "
@@ -168,14 +182,14 @@ def list_packs(root: str | os.PathLike[str] = "tasks") -> list[str]:
 
 
 def pack_splits(root: str | os.PathLike[str], pack: str) -> list[str]:
-    """The held-out splits a pack's manifest names (everything but train); ['val'] if unreadable."""
+    """The splits of a pack's manifest an eval may use (all but the training pools); ['val'] if unreadable."""
     import tomllib
 
     try:
         manifest = tomllib.loads((Path(root) / pack / "pack.toml").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return ["val"]
-    splits = [name for name in manifest.get("splits", {}) if name != "train"]
+    splits = [name for name in manifest.get("splits", {}) if name not in TRAIN_SPLITS]
     return splits or ["val"]
 
 

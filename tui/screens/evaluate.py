@@ -1,6 +1,7 @@
 """Evaluate: run an eval, read its metrics, failure buckets and recommendation, browse samples, compare."""
 from __future__ import annotations
 
+from dataclasses import fields
 from typing import Any
 
 from rich.markup import escape
@@ -13,6 +14,7 @@ from textual.screen import Screen
 from textual.widgets import (Button, DataTable, Footer, Input, Label, ProgressBar, Select, Static,
                              TabbedContent, TabPane)
 
+from appliance.evaluate.runner import EvalSettings
 from appliance.events import EvalFinished, Progress, RunFailed, RunStarted
 from appliance.task import BUCKETS
 from tui.data import as_mapping, bucket_counts, eval_samples, pack_splits, pick, recent_evals
@@ -21,6 +23,10 @@ from tui.widgets.bucket_chart import BucketChart
 from tui.widgets.metric_table import MetricTable, format_metric, metric_value
 from tui.widgets.nav_bar import NavBar
 from tui.widgets.sample_view import SampleView
+
+# What `appliance eval` does when a flag is absent, and each setting's help text: the engine's, not ours.
+EVAL_DEFAULTS = EvalSettings()
+EVAL_HELP = {f.name: f.metadata.get("help", "") for f in fields(EvalSettings)}
 
 
 def metrics_of(row: dict[str, Any]) -> dict[str, Any]:
@@ -47,6 +53,11 @@ def recommendation_text(recommendation: str, metrics: dict[str, Any]) -> str:
     return f"[b]Recommendation:[/] [b $accent]{action.upper()}[/]  {numbers}\n{escape(reason)}"
 
 
+def default_split(splits: list[str]) -> str:
+    """The engine's default split when the pack has it, else the pack's first held-out split."""
+    return EVAL_DEFAULTS.split if EVAL_DEFAULTS.split in splits else splits[0]
+
+
 def success_line(success: Any) -> str:
     """One line for a paired-bootstrap SuccessDelta (B minus A, per task)."""
     verdict = ("[green]B is better[/]" if success.significant_improvement else
@@ -56,9 +67,10 @@ def success_line(success: Any) -> str:
 
 
 def eval_args(app: Any, split: str, k: str, limit: str, adapter: str) -> list[str]:
-    """The `appliance eval` command line for the current choices."""
-    args = ["eval", "--model", app.model, "--pack", app.pack, "--split", split, "-k", k or "4",
-            "--backend", app.backend]
+    """The `appliance eval` command line for the current choices; k at its default is left to the engine."""
+    args = ["eval", "--model", app.model, "--pack", app.pack, "--split", split, "--backend", app.backend]
+    if k and k != str(EVAL_DEFAULTS.k):
+        args += ["-k", k]
     if adapter:
         args += ["--adapter", adapter]
     if limit:
@@ -100,10 +112,10 @@ class EvaluateScreen(Screen):
         with Horizontal(id="eval-form", classes="form-row"):
             yield Label("split")
             self.splits = pack_splits(self.app.tasks_root, self.app.pack)
-            yield Select([(s, s) for s in self.splits], value=self.splits[0], id="split", compact=True,
-                         allow_blank=False)
+            yield Select([(s, s) for s in self.splits], value=default_split(self.splits), id="split", compact=True,
+                         allow_blank=False, tooltip=EVAL_HELP["split"])
             yield Label("k")
-            yield Input("4", id="k", compact=True, type="integer")
+            yield Input(str(EVAL_DEFAULTS.k), id="k", compact=True, type="integer", tooltip=EVAL_HELP["k"])
             yield Label("limit")
             yield Input("", id="limit", compact=True, type="integer", placeholder="all")
             yield Label("adapter")
@@ -202,7 +214,7 @@ class EvaluateScreen(Screen):
             self.splits = splits
             select = self.query_one("#split", Select)
             select.set_options([(s, s) for s in splits])
-            select.value = splits[0]
+            select.value = default_split(splits)
 
     def action_refresh(self) -> None:
         self.load_evals()
