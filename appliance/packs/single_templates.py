@@ -2,8 +2,12 @@
 
 Ids, addresses and dates are spelled out (or are "tomorrow"-style words that
 resolve against Thursday 2023-11-30). The last phrasing of each template is
-val-only, and templates marked `held_out` appear only in val. Also here: no-call
-requests (chit-chat) and out-of-policy requests whose right answer is to decline.
+val-only, `dev_phrasings` are dev-only, `rl_phrasings` are GRPO's alone, and
+templates marked `held_out` appear only in val (templating.py). Also here:
+no-call requests (chit-chat), out-of-policy requests whose right answer is to
+decline, and training-only templates (`in_val=False`) that cover more fields of
+the same tools and more angles of each policy rule, so the rules val tests on
+held-out refusal templates are taught from several directions.
 """
 from __future__ import annotations
 
