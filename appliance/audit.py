@@ -68,6 +68,9 @@ def read_labels_file(path: str) -> list[dict[str, Any]]:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except OSError as err:
         raise ApplianceError(f"cannot read labels file {path}: {err.strerror}.") from err
+    except UnicodeDecodeError as err:
+        raise ApplianceError(f"labels file {path} is not UTF-8 text (invalid byte at offset {err.start}); pass a JSONL "
+                             "file of labels.") from err
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue

@@ -8,9 +8,12 @@ see the traceback of an unexpected internal error).
 from __future__ import annotations
 
 import argparse
+import codecs
+import math
 import os
 import sys
 import traceback
+from pathlib import Path
 from typing import Callable, Sequence
 
 from appliance.errors import ApplianceError
@@ -20,6 +23,71 @@ EXIT_INTERRUPTED = 130
 
 DEFAULT_MODEL = "smollm2-135m"
 DEFAULT_PACK = "workplace-single"
+# How much of a file `text_file` reads to tell text from a binary file.
+TEXT_SNIFF_BYTES = 64 * 1024
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse whose mistakes are one line (exit 2), like every other user error, not a usage block."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(EXIT_USER_ERROR, f"error: {' '.join(message.split()).rstrip('.')} (see `{self.prog} --help`).\n")
+
+
+# Argument types: a bad value is rejected while parsing, before anything loads, in one sentence.
+
+def _at_least(minimum: int, text: str, kind: type) -> int | float:
+    try:
+        value = kind(text)
+    except ValueError:
+        value = None
+    if value is None or not math.isfinite(value) or value < minimum:
+        noun = "a whole number" if kind is int else "a number"
+        raise argparse.ArgumentTypeError(f"expected {noun} of at least {minimum}, not {text!r}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    return _at_least(1, text, int)
+
+
+def non_negative_int(text: str) -> int:
+    return _at_least(0, text, int)
+
+
+def non_negative_float(text: str) -> float:
+    return _at_least(0, text, float)
+
+
+def text_file(text: str) -> str:
+    """An existing, readable file whose start is UTF-8 text (the reader reports the rest)."""
+    path = Path(text).expanduser()
+    if not path.exists():
+        raise argparse.ArgumentTypeError(f"{text} does not exist")
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a folder; pass a file")
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(TEXT_SNIFF_BYTES)
+    except OSError as err:
+        raise argparse.ArgumentTypeError(f"cannot read {text} ({err.strerror})") from None
+    try:
+        codecs.getincrementaldecoder("utf-8")().decode(head, final=False)  # a cut last character is fine
+    except UnicodeDecodeError:
+        head = b"\0"
+    if b"\0" in head:
+        raise argparse.ArgumentTypeError(f"{text} is not UTF-8 text (a binary file?)")
+    return text
+
+
+def new_file(text: str) -> str:
+    """A file to write: its folder must exist, and it must not be a folder itself."""
+    path = Path(text).expanduser()
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a folder; pass a file name")
+    if not path.parent.is_dir():
+        raise argparse.ArgumentTypeError(f"the folder {path.parent} does not exist")
+    return text
 
 
 def _common(p: argparse.ArgumentParser, *, events: bool = False) -> None:
@@ -51,7 +119,7 @@ def _add_tasks(sub: argparse._SubParsersAction) -> None:
 
 def _add_verify(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("verify", help="score a JSONL of model outputs against a pack split and store the verdicts")
-    p.add_argument("outputs", help="JSONL with fields task_id and output (or completion)")
+    p.add_argument("outputs", type=text_file, help="JSONL with fields task_id and output (or completion)")
     p.add_argument("--pack", default=DEFAULT_PACK)
     p.add_argument("--split", default="val")
     p.add_argument("--reward", default=None, help="reward scheme (default: the pack's)")
@@ -62,7 +130,7 @@ def _add_sql(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("sql", help="query the run store with DuckDB SQL (no query: interactive prompt)")
     p.add_argument("query", nargs="?", help="one SQL query; omit for an interactive prompt")
     p.add_argument("--format", choices=["table", "csv", "json"], default="table")
-    p.add_argument("--max-rows", type=int, default=200)
+    p.add_argument("--max-rows", type=positive_int, default=200)
     _common(p)
 
 
@@ -73,12 +141,13 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--adapter", default=None, help="LoRA checkpoint folder to evaluate")
     p.add_argument("--pack", default=DEFAULT_PACK)
     p.add_argument("--split", default="val")
-    p.add_argument("-k", type=int, default=1, help="samples per task (pass@k)")
-    p.add_argument("--limit", type=int, default=None, help="evaluate only the first N tasks")
-    p.add_argument("--temperature", type=float, default=None,
+    p.add_argument("-k", type=positive_int, default=1, help="samples per task (pass@k)")
+    p.add_argument("--limit", type=non_negative_int, default=None,
+                   help="evaluate only the first N tasks (0 = the whole split)")
+    p.add_argument("--temperature", type=non_negative_float, default=None,
                    help="sampling temperature (default: 0 for k=1, 0.7 otherwise)")
-    p.add_argument("--max-new-tokens", type=int, default=96)
-    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--max-new-tokens", type=positive_int, default=96)
+    p.add_argument("--batch-size", type=positive_int, default=16)
     p.add_argument("--backend", choices=["auto", "hf", "vllm"], default="auto")
     p.add_argument("--seed", type=int, default=0)
     _common(p, events=True)
@@ -87,10 +156,10 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
 def _add_audit(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("audit", help="audit the reward: label a stratified sample of eval outputs agree/disagree")
     p.add_argument("--eval", dest="eval_id", default=None, help="eval id (default: the latest eval)")
-    p.add_argument("-n", type=int, default=64, help="sample size")
-    p.add_argument("--labels", default=None,
+    p.add_argument("-n", type=positive_int, default=64, help="sample size")
+    p.add_argument("--labels", type=text_file, default=None,
                    help="non-interactive: JSONL of {task_id, sample_index, label: agree|disagree, note} to record")
-    p.add_argument("--export", default=None, help="write disagreements as JSONL to this file")
+    p.add_argument("--export", type=new_file, default=None, help="write disagreements as JSONL to this file")
     p.add_argument("--seed", type=int, default=0)
     _common(p)
 
@@ -178,10 +247,13 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run of every stage")
     p.add_argument("--baseline-only", action="store_true", help="stop after the baseline eval and recommendation")
     p.add_argument("--checkpoints", default="checkpoints", help="adapter registry folder")
-    p.add_argument("--baseline-k", type=int, default=1, help="baseline samples per task (1 = greedy; >1 adds pass@k)")
-    p.add_argument("--eval-limit", type=int, default=None, help="held-out tasks per eval (default: the whole split)")
-    p.add_argument("--sft-steps", type=int, default=None, help="SFT steps when SFT is recommended (default 150)")
-    p.add_argument("--grpo-steps", type=int, default=None, help="GRPO steps (default 30)")
+    p.add_argument("--baseline-k", type=positive_int, default=1,
+                   help="baseline samples per task (1 = greedy; >1 adds pass@k)")
+    p.add_argument("--eval-limit", type=positive_int, default=None,
+                   help="held-out tasks per eval (default: the whole split)")
+    p.add_argument("--sft-steps", type=positive_int, default=None,
+                   help="SFT steps when SFT is recommended (default 150)")
+    p.add_argument("--grpo-steps", type=positive_int, default=None, help="GRPO steps (default 30)")
     _common(p, events=True)
 
 
@@ -195,7 +267,7 @@ def _add_doctor(sub: argparse._SubParsersAction) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="appliance",
         description="The RL appliance: baseline → verify → SFT/GRPO with LoRA → held-out eval → promote. "
                     "Run with no arguments in a terminal to open the cockpit.")

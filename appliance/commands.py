@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from appliance import report
@@ -17,7 +18,9 @@ from appliance.events import Event
 def _workspace(args: argparse.Namespace):
     from appliance.store import Workspace
 
-    return Workspace.open(args.workspace)
+    workspace = Workspace.open(args.workspace)
+    workspace.fail_abandoned()  # a killed eval or run must not read `running` forever
+    return workspace
 
 
 def _event_sink(args: argparse.Namespace):
@@ -117,13 +120,20 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def cmd_audit(args: argparse.Namespace) -> int:
     from appliance import audit
 
+    if not args.labels and not _stdin_has_input():
+        raise ApplianceError("the interactive audit reads answers from stdin, which is closed or empty; run it "
+                             "in a terminal, or pass --labels FILE.")
     ws = _workspace(args)
     eval_id = args.eval_id or audit.latest_eval_id(ws)
     sample = audit.draw_sample(ws, eval_id, n=args.n, seed=args.seed)
     if args.labels:
         labels = audit.read_labels_file(args.labels)
     else:
-        labels = report.audit_prompt(sample)
+        try:
+            labels = report.audit_prompt(sample)
+        except EOFError:
+            raise ApplianceError("stdin ended before the audit finished (type q to stop early); no labels of "
+                                 "this session were recorded, so run it again.") from None
     audit.record_labels(ws, eval_id, sample, labels)
     report.print_audit(audit.agreement(ws, eval_id))
     if args.export:
@@ -132,15 +142,56 @@ def cmd_audit(args: argparse.Namespace) -> int:
     return 0
 
 
+def _stdin_has_input() -> bool:
+    """False when stdin is closed or at its end (`</dev/null`); a terminal or a pipe with data is fine."""
+    stdin = sys.stdin
+    if stdin is None:
+        return False
+    if stdin.isatty():
+        return True
+    peek = getattr(getattr(stdin, "buffer", None), "peek", None)
+    if peek is None:
+        return True  # cannot tell without consuming; input() will say
+    try:
+        return bool(peek(1))
+    except (OSError, ValueError):
+        return False
+
+
 # ---------------------------------------------------------------- training and checkpoints
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from appliance.train.cli_glue import train_from_args
+    from appliance.models import require_adapter_folder, require_available
+    from appliance.train.cli_glue import config_from_args, train_from_args
 
+    # Every setting is checked here, before a model loads: a bad value costs a second, not a training run.
+    if args.config:
+        _require_json_object(args.config, "run config")
+    try:
+        config = config_from_args(args)
+    except TypeError as err:  # a JSON value of the wrong kind, e.g. "steps": "ten"
+        raise ApplianceError(f"the run config {args.config} has a setting of the wrong type ({err}).") from None
+    if not config.resume_from:  # a resumed run uses the model and adapter it was started with
+        require_available(config.model)
+        if config.init_adapter:
+            require_adapter_folder(config.init_adapter)
     result = train_from_args(args, sink=_event_sink(args), workspace=_workspace(args))
     if not args.events:
         report.print_train(result)
     return 0
+
+
+def _require_json_object(path: str, what: str) -> None:
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as err:
+        raise ApplianceError(f"cannot read the {what} {path}: {err.strerror}.") from None
+    except UnicodeDecodeError:
+        raise ApplianceError(f"the {what} {path} is not UTF-8 text; pass a JSON file.") from None
+    except ValueError as err:
+        raise ApplianceError(f"the {what} {path} is not valid JSON ({err}).") from None
+    if not isinstance(data, dict):
+        raise ApplianceError(f"the {what} {path} must hold one JSON object of setting names to values.")
 
 
 def cmd_checkpoints(args: argparse.Namespace) -> int:
@@ -214,7 +265,6 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 def cmd_ui(args: argparse.Namespace) -> int:
     """The cockpit is its own program (`python -m tui`): the engine never imports the UI, it hands over."""
     import os
-    import sys
 
     argv = [sys.executable, "-m", "tui", "--workspace", args.workspace, "--pack", args.pack, "--model", args.model]
     try:

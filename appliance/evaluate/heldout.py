@@ -20,6 +20,10 @@ def make_heldout_eval(*, model: str, pack: str, workspace: Any, split: str = "va
                       max_new_tokens: int = 96) -> Callable[[str, int], dict[str, Any]]:
     from appliance.evaluate.runner import EvalSettings, run_eval
 
+    # Checked now, not at the first checkpoint: a bad limit should not cost a training run.
+    EvalSettings(model=model, pack=pack, split=split, k=k, limit=limit, tasks_root=tasks_root,
+                 max_new_tokens=max_new_tokens).validate()
+
     def on_eval(adapter_dir: str, step: int, engine: Any = None, tokenizer: Any = None,
                 run_id: str | None = None) -> dict[str, Any]:
         """`engine`: the trainer's colocated vLLM (Unsloth) — reused with the adapter, never a second engine."""

@@ -11,6 +11,7 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
+from appliance.errors import ApplianceError
 from appliance.evaluate.agent import Trajectory, label_lost_track, run_trajectories
 from appliance.evaluate.decision import DecisionThresholds, Recommendation, recommend
 from appliance.evaluate.metrics import ScoredSample, summarize
@@ -35,6 +36,19 @@ class EvalSettings:
     seed: int = field(default=0, metadata={"help": "sampling seed"})
     tasks_root: str = field(default="tasks", metadata={"help": "folder holding task packs"})
     run_id: str | None = field(default=None, metadata={"help": "training run this eval belongs to, if any"})
+
+    def validate(self) -> None:
+        """Reject values that would fail (or quietly mean something else) after the model loads."""
+        for name in ("k", "max_new_tokens", "batch_size"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ApplianceError(f"{name} must be a whole number of at least 1, not {getattr(self, name)!r}.")
+        if self.limit is not None and (not isinstance(self.limit, int) or self.limit < 0):
+            raise ApplianceError(f"The eval limit must be a number of tasks (0 or none = the whole split), "
+                                 f"not {self.limit!r}.")
+        if self.temperature is not None and not 0 <= self.temperature < float("inf"):
+            raise ApplianceError(f"temperature must be 0 (greedy) or more, not {self.temperature!r}.")
+        if not 0 < self.top_p <= 1:
+            raise ApplianceError(f"top_p must be above 0 and at most 1, not {self.top_p!r}.")
 
     @property
     def effective_temperature(self) -> float:
@@ -149,9 +163,11 @@ def run_eval(settings: EvalSettings, *, workspace: Any = None, sink: EventSink =
     """
     from appliance.packs import load_pack
 
+    settings.validate()
     pack = load_pack(settings.pack, root=settings.tasks_root)
     tasks = pack.tasks(settings.split)[: settings.limit] if settings.limit else pack.tasks(settings.split)
     if generator is None:
+        _require_loadable(settings)
         generator, backend_reason = _make_generator(settings)
     eval_id = f"eval-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
     sink(RunStarted(run_id=eval_id, kind="eval", config={**asdict(settings), "backend_reason": backend_reason}))
@@ -192,6 +208,15 @@ def _bfcl_breakdown(samples: Sequence[ScoredSample], pack: Any) -> dict[str, flo
 
     return bfcl_summary((pack.task(s.task_id).tags.get("category", "?"), s.verdict.success)
                         for s in samples if s.sample_index == 0)
+
+
+def _require_loadable(settings: EvalSettings) -> None:
+    """One sentence for a model or adapter that cannot load, before minutes are spent loading."""
+    from appliance.models import require_adapter_folder, require_available
+
+    require_available(settings.model)
+    if settings.adapter is not None:
+        require_adapter_folder(settings.adapter)
 
 
 def _make_generator(settings: EvalSettings) -> tuple[Any, str]:

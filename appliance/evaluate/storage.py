@@ -6,6 +6,7 @@ from typing import Any, Sequence
 
 from appliance.evaluate.decision import Recommendation
 from appliance.evaluate.metrics import ScoredSample
+from appliance.store import owner
 
 
 class EvalWriter:
@@ -25,7 +26,7 @@ class EvalWriter:
         self.ws.append("evals", [{
             "id": eval_id, "run_id": self.run_id, "model": s.model, "adapter": s.adapter, "pack": self.pack.name,
             "split": s.split, "k": s.k, "backend": self.backend, "status": "running",
-            "started_at": self.started_at,
+            "owner": owner.this_process(), "started_at": self.started_at,
         }])
 
     def write_failed(self, eval_id: str, error: str) -> None:

@@ -13,6 +13,7 @@ union_by_name, which would cost a footer read per file on every query.
 Version history:
   0  a workspace made before versioning: views but no schema_version table and no seed parts.
   1  seed parts (one empty file per table) so every view works before the first append.
+  2  runs and evals name their `owner` process, so a killed one's `running` row can be failed.
 """
 from __future__ import annotations
 
@@ -68,9 +69,13 @@ def _v0_to_v1(data_dir: Path) -> None:
     data_dir.mkdir(parents=True, exist_ok=True)
 
 
+def _nothing_to_move(data_dir: Path) -> None:
+    """A new column only: upgrade() rewrites the parts that lack it."""
+
+
 # MIGRATIONS[v] upgrades the parquet data of a v workspace to v + 1, in place and idempotently. Steps only
 # need to move or rename things: upgrade() then rewrites every part whose columns differ from the schema.
-MIGRATIONS: dict[int, Callable[[Path], None]] = {0: _v0_to_v1}
+MIGRATIONS: dict[int, Callable[[Path], None]] = {0: _v0_to_v1, 1: _nothing_to_move}
 
 
 def upgrade(data_dir: Path, staging_parent: Path, from_version: int) -> None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 # A hidden ordering column on versioned tables: nanoseconds since the epoch at append time.
 VERSION_COLUMN = "_version"
@@ -108,7 +108,8 @@ def _scored_output_columns() -> tuple[Column, ...]:
     )
 
 
-_RUN_LIKE_TIMES = (
+_RUN_LIFECYCLE = (
+    Column("owner", "str", "process writing it while running, host:pid:start (appliance/store/owner.py)"),
     Column("started_at", "ts", "when it started"),
     Column("finished_at", "ts", "when it finished (NULL while running)"),
     Column("updated_at", "ts", "time of the newest version of this row"),
@@ -126,7 +127,7 @@ TABLES: dict[str, Table] = {t.name: t for t in (
               Column("config", "json", "the typed run config"),
               Column("output_dir", "str", "folder with the run's config, adapters and trainer state"),
               Column("error", "str", "one-sentence error when status is failed"),
-              *_RUN_LIKE_TIMES,
+              *_RUN_LIFECYCLE,
           )),
     Table("rollouts", "One row per sampled completion during training (GRPO), with its reward and verdict.",
           partition_by="run_id", columns=(
@@ -153,11 +154,11 @@ TABLES: dict[str, Table] = {t.name: t for t in (
               Column("split", "str", "pack split, e.g. heldout"),
               Column("k", "int", "samples per task"),
               Column("backend", "str", "generation backend: hf | vllm"),
-              Column("status", "str", "running | finished | failed"),
+              Column("status", "str", "running | finished | interrupted | failed"),
               Column("n_samples", "int", "number of scored samples"),
               Column("success_rate", "float", "fraction of samples in the success bucket"),
               Column("metrics", "json", "all metrics by name (success, invalid, unsafe, latency, buckets...)"),
-              *_RUN_LIKE_TIMES,
+              *_RUN_LIFECYCLE,
           )),
     Table("eval_samples", "One row per (task, sample) of an eval, with its trajectory, reward and verdict.",
           partition_by="eval_id", columns=(

@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from appliance.errors import StoreError
-from appliance.store import compaction, migrations, parts
+from appliance.store import compaction, migrations, owner, parts
 from appliance.store.rows import to_arrow
 from appliance.store.schema import SCHEMA_VERSION, TABLES, Table
 
@@ -107,6 +107,25 @@ class Workspace:
             data = to_arrow(spec, group)
             with self._shared_lock():
                 parts.write_part(self._partition_folder(spec, value), data)
+
+    def fail_abandoned(self) -> list[str]:
+        """Mark `failed` every run and eval left `running` by a process of this host that has ended.
+
+        A killed process never writes its final status; without this its row would read `running`
+        forever. Rows whose owner is alive, on another host, or not recorded are left alone.
+        """
+        now = time.time()
+        failed = []
+        for table, key in (("evals", "id"), ("runs", "run_id")):
+            _, rows = self.query(f"SELECT {key}, owner FROM {table} WHERE status = 'running'")
+            for row_id, row_owner in rows:
+                if not owner.has_ended(row_owner):
+                    continue
+                why = f"its process ({row_owner}) ended without finishing it (killed or crashed)"
+                extra = {"metrics": {"error": why}} if table == "evals" else {"error": why}
+                self.append(table, [{key: row_id, "status": "failed", "finished_at": now, **extra}])
+                failed.append(row_id)
+        return failed
 
     def writer(self, run_id: str, compact_every: int = 100):
         """A RunWriter that appends one run's rollouts, events and alarms with step/event counters."""

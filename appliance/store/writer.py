@@ -11,6 +11,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from appliance.store import owner
+
 if TYPE_CHECKING:
     from appliance.store.workspace import Workspace
 
@@ -30,7 +32,12 @@ class RunWriter:
         return -1 if rows[0][0] is None else int(rows[0][0])
 
     def update_run(self, **columns: Any) -> None:
-        """Record a new version of this run's row (e.g. status="finished", finished_at=time.time())."""
+        """Record a new version of this run's row (e.g. status="finished", finished_at=time.time()).
+
+        A `running` version names this process as its owner, so a later start can fail it if this dies.
+        """
+        if columns.get("status") == "running":
+            columns.setdefault("owner", owner.this_process())
         self.workspace.append("runs", [{**columns, "run_id": self.run_id}])
 
     def write_step(self, rollouts: Sequence[Mapping[str, Any]], step: int | None = None) -> int:

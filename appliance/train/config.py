@@ -136,6 +136,24 @@ class TrainConfig:
             raise ApplianceError(f"Unknown preset {self.preset!r}; choose one of {', '.join(PRESETS)}.")
         if self.steps < 1:
             raise ApplianceError("steps must be at least 1.")
+        if self.learning_rate is not None and not 0 < self.learning_rate < float("inf"):
+            raise ApplianceError(f"learning_rate must be a positive number such as "
+                                 f"{DEFAULT_LEARNING_RATE[self.stage]:g}, not {self.learning_rate!r}.")
+        if self.lora_r < 1:
+            raise ApplianceError(f"lora_r must be at least 1, not {self.lora_r!r}.")
+        if self.stage == "sft":
+            if self.batch_size < 1:
+                raise ApplianceError(f"batch_size must be at least 1, not {self.batch_size!r}.")
+            if self.epochs is not None and not 0 < self.epochs < float("inf"):
+                raise ApplianceError(f"epochs must be a positive number of passes, not {self.epochs!r}.")
+        if self.stage == "grpo":
+            for name in ("prompts_per_step", "max_completion_tokens"):
+                if getattr(self, name) < 1:
+                    raise ApplianceError(f"{name} must be at least 1, not {getattr(self, name)!r}.")
+            if not 0 < self.temperature < float("inf"):
+                raise ApplianceError(f"temperature must be above 0 (GRPO samples), not {self.temperature!r}.")
+            if not 0 <= self.beta < float("inf"):
+                raise ApplianceError(f"beta must be 0 (no KL term) or more, not {self.beta!r}.")
         if self.stage == "grpo" and self.num_generations < 2:
             raise ApplianceError("GRPO needs num_generations >= 2: advantages compare completions within a group.")
         if self.lora_r > self.max_lora_rank:
