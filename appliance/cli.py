@@ -135,21 +135,29 @@ def _add_sql(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_eval(sub: argparse._SubParsersAction) -> None:
+    """Every default and help string comes from EvalSettings, which the cockpit reads too."""
+    from dataclasses import fields
+
+    from appliance.evaluate.runner import EvalSettings
+
+    spec = {f.name: f for f in fields(EvalSettings)}
+
+    def option(flag: str, name: str, **kwargs) -> None:
+        p.add_argument(flag, dest=name, default=spec[name].default, help=spec[name].metadata["help"], **kwargs)
+
     p = sub.add_parser("eval", help="evaluate a model (and adapter) on a pack split; `eval compare A B` compares two")
     p.add_argument("compare", nargs="*", help="`compare EVAL_A EVAL_B` to compare two stored evals")
-    p.add_argument("--model", default=DEFAULT_MODEL, help="catalogue name, local folder or hub id")
-    p.add_argument("--adapter", default=None, help="LoRA checkpoint folder to evaluate")
-    p.add_argument("--pack", default=DEFAULT_PACK)
-    p.add_argument("--split", default="val")
-    p.add_argument("-k", type=positive_int, default=1, help="samples per task (pass@k)")
-    p.add_argument("--limit", type=non_negative_int, default=None,
-                   help="evaluate only the first N tasks (0 = the whole split)")
-    p.add_argument("--temperature", type=non_negative_float, default=None,
-                   help="sampling temperature (default: 0 for k=1, 0.7 otherwise)")
-    p.add_argument("--max-new-tokens", type=positive_int, default=96)
-    p.add_argument("--batch-size", type=positive_int, default=16)
-    p.add_argument("--backend", choices=["auto", "hf", "vllm"], default="auto")
-    p.add_argument("--seed", type=int, default=0)
+    option("--model", "model")
+    option("--adapter", "adapter")
+    option("--pack", "pack")
+    option("--split", "split")
+    option("-k", "k", type=positive_int)
+    option("--limit", "limit", type=non_negative_int)
+    option("--temperature", "temperature", type=non_negative_float)
+    option("--max-new-tokens", "max_new_tokens", type=positive_int)
+    option("--batch-size", "batch_size", type=positive_int)
+    option("--backend", "backend", choices=["auto", "hf", "vllm"])
+    option("--seed", "seed", type=int)
     _common(p, events=True)
 
 
@@ -164,51 +172,60 @@ def _add_audit(sub: argparse._SubParsersAction) -> None:
     _common(p)
 
 
-def _add_train(sub: argparse._SubParsersAction) -> None:
+# (flag, TrainConfig field, type, the stage it belongs to or None for both); help and defaults come from the field.
+_TRAIN_FLAGS = (
+    ("--model", "model", str, None), ("--pack", "pack", str, None), ("--backend", "backend", str, None),
+    ("--steps", "steps", int, None), ("--lr", "learning_rate", float, None), ("--lora-r", "lora_r", int, None),
+    ("--lora-layers", "lora_layers", int, None), ("--eval-every", "eval_every", int, None),
+    ("--init-adapter", "init_adapter", str, None), ("--resume", "resume_from", str, None),
+    ("--checkpoints", "output", str, None), ("--seed", "seed", int, None),
+    ("--train-split", "train_split", str, None), ("--eval-split", "eval_split", str, None),
+    ("--epochs", "epochs", float, "sft"), ("--batch-size", "batch_size", int, "sft"),
+    ("--preset", "preset", str, "grpo"), ("--num-generations", "num_generations", int, "grpo"),
+    ("--prompts-per-step", "prompts_per_step", int, "grpo"),
+    ("--max-completion-tokens", "max_completion_tokens", int, "grpo"),
+    ("--temperature", "temperature", float, "grpo"), ("--beta", "beta", float, "grpo"),
+    ("--reward", "reward", str, "grpo"), ("--task-selection", "task_selection", str, "grpo"),
+    ("--screen-limit", "screen_limit", int, "grpo"),
+)
+
+
+def _train_choices() -> dict[str, list[str]]:
     from appliance.packs.manifest import EVAL_SPLITS, TRAIN_SPLITS
     from appliance.rewards import SCHEMES
-    from appliance.train.config import TASK_SELECTIONS, field_help
+    from appliance.train.config import BACKENDS, TASK_SELECTIONS
+    from appliance.train.presets import PRESETS
 
-    help_for = field_help()
+    return {"backend": list(BACKENDS), "train_split": list(TRAIN_SPLITS), "eval_split": list(EVAL_SPLITS),
+            "preset": list(PRESETS), "reward": list(SCHEMES), "task_selection": list(TASK_SELECTIONS)}
 
+
+def _add_train(sub: argparse._SubParsersAction) -> None:
+    """Every flag is a TrainConfig field: its help text is the field's, and the default shown is the field's."""
+    from dataclasses import MISSING, fields
+
+    from appliance.train.config import TrainConfig
+
+    spec = {f.name: f for f in fields(TrainConfig)}
+    choices = _train_choices()
     train = sub.add_parser("train", help="LoRA training: `train sft` or `train grpo`")
     tsub = train.add_subparsers(dest="stage", required=True, metavar="{sft,grpo}")
     for stage in ("sft", "grpo"):
-        p = tsub.add_parser(stage, help=f"{stage.upper()} with LoRA on the pack's train split")
-        # None: keep the value from --config / the resumed run / TrainConfig's default.
-        p.add_argument("--model", default=None, help=f"base model (default {DEFAULT_MODEL})")
-        p.add_argument("--pack", default=None, help=f"task pack (default {DEFAULT_PACK})")
-        p.add_argument("--backend", choices=["auto", "cpu", "unsloth"], default=None)
+        pool = "`train`" if stage == "sft" else "`train_rl` (or `train`)"
+        p = tsub.add_parser(stage, help=f"{stage.upper()} with LoRA on the pack's {pool} split")
         p.add_argument("--config", default=None, help="JSON run config to start from (flags override it)")
-        p.add_argument("--steps", type=int, default=None)
-        p.add_argument("--lr", type=float, default=None, help="learning rate")
-        p.add_argument("--lora-r", type=int, default=None)
-        p.add_argument("--lora-layers", type=int, default=None,
-                       help="adapt only the last N decoder layers (0 = all; fewer is faster on a CPU)")
-        p.add_argument("--eval-every", type=int, default=None)
-        p.add_argument("--init-adapter", default=None, help="start from this adapter (e.g. the SFT checkpoint)")
-        p.add_argument("--resume", default=None, metavar="RUN", help="continue a killed run from its last checkpoint")
-        p.add_argument("--checkpoints", default=None, help="adapter registry folder (default checkpoints/)")
+        for flag, name, kind, only in _TRAIN_FLAGS:
+            if only not in (None, stage):
+                continue
+            default = spec[name].default if spec[name].default is not MISSING else None
+            shown = "the stage's" if name == "learning_rate" else default
+            # None: keep the value from --config / the resumed run / TrainConfig's default.
+            p.add_argument(flag, dest=name.replace("learning_rate", "lr").replace("resume_from", "resume")
+                           .replace("output", "checkpoints"), type=kind, default=None, choices=choices.get(name),
+                           metavar=None if name in choices else name.upper(),
+                           help=f"{spec[name].metadata['help']} (default: {shown})")
         p.add_argument("--eval-limit", type=int, default=32,
-                       help="held-out tasks per checkpoint eval (0 = the whole split)")
-        p.add_argument("--seed", type=int, default=None)
-        p.add_argument("--train-split", choices=TRAIN_SPLITS, default=None, help=help_for["train_split"])
-        p.add_argument("--eval-split", choices=EVAL_SPLITS, default=None, help=help_for["eval_split"])
-        if stage == "sft":
-            p.add_argument("--epochs", type=float, default=None, help="passes over the train split (instead of --steps)")
-            p.add_argument("--batch-size", type=int, default=None, help="examples per optimizer step")
-        if stage == "grpo":
-            p.add_argument("--preset", choices=["grpo", "dr_grpo", "dapo", "gspo"], default=None)
-            p.add_argument("--num-generations", type=int, default=None)
-            p.add_argument("--prompts-per-step", type=int, default=None)
-            p.add_argument("--max-completion-tokens", type=int, default=None)
-            p.add_argument("--temperature", type=float, default=None)
-            p.add_argument("--beta", type=float, default=None)
-            p.add_argument("--reward", choices=list(SCHEMES), default=None, help=help_for["reward"])
-            p.add_argument("--task-selection", choices=TASK_SELECTIONS, default=None,
-                           help="train on every train task, or on those the starting policy is most unsure "
-                                "about (default uncertain; single-turn packs)")
-            p.add_argument("--screen-limit", type=int, default=None, help=help_for["screen_limit"])
+                       help="held-out tasks per checkpoint eval (0 = the whole split; default: 32)")
         _common(p, events=True)
 
 

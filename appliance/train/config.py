@@ -48,7 +48,8 @@ class TrainConfig:
     model: str = field(default="smollm2-135m", metadata=_help(
         "Base model: a catalogue name (e.g. smollm2-135m, the embedded default) or a local model directory."))
     pack: str = field(default="workplace-single", metadata=_help(
-        "Task pack whose `train` split is trained on (its held-out split is for eval only)."))
+        "Task pack to train on: SFT on its `train` split, GRPO on `train_rl` when it has one (held-out splits are "
+        "for eval only)."))
     backend: str = field(default="auto", metadata=_help(
         "auto (unsloth when CUDA and unsloth are available, else cpu), cpu (transformers fp32 + PEFT + TRL), "
         "or unsloth (4-bit LoRA with a colocated vLLM engine)."))
