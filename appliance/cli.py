@@ -190,6 +190,11 @@ _TRAIN_FLAGS = (
 )
 
 
+def train_flag(field_name: str) -> str:
+    """The `appliance train` flag that sets a TrainConfig field (the cockpit builds its commands with it)."""
+    return next(flag for flag, name, _, _ in _TRAIN_FLAGS if name == field_name)
+
+
 def _train_choices() -> dict[str, list[str]]:
     from appliance.packs.manifest import EVAL_SPLITS, TRAIN_SPLITS
     from appliance.rewards import SCHEMES

@@ -7,7 +7,7 @@ import pytest
 from textual.widgets import Input, Select
 from textual.worker import WorkerCancelled
 
-from appliance.cli import build_parser
+from appliance.cli import build_parser, train_flag
 from appliance.train.cli_glue import config_from_args
 from appliance.train.config import STAGES, TrainConfig, field_help
 from test_tui_support import T0, TASKS_ROOT, build_app
@@ -47,7 +47,7 @@ def test_every_train_knob_shows_what_a_bare_cli_run_uses(kind):
 @pytest.mark.parametrize("kind", STAGES)
 def test_an_untouched_train_form_trains_what_a_bare_cli_run_trains(kind):
     args = train_args(APP, kind, DEFAULTS.preset, knob_defaults(kind))
-    assert not {knob.flag for knob in KNOBS} & set(args) and "--preset" not in args
+    assert not {train_flag(knob.field) for knob in KNOBS} & set(args) and "--preset" not in args
     assert cli_config(args) == cli_config(["train", kind])
 
 

@@ -23,6 +23,7 @@ from textual.widgets import Button, Footer, Input, Label, Select, Static
 
 from appliance.events import (Alarm, CheckpointSaved, RolloutScored, RunFailed, RunFinished, RunStarted,
                               StepMetrics)
+from appliance.cli import train_flag
 from appliance.train.config import STAGES, TrainConfig, field_help
 from appliance.train.presets import PRESETS
 from tui.data import init_adapter_default
@@ -36,18 +37,17 @@ from tui.widgets.train_charts import TrainCharts, step_time_line
 class Knob(NamedTuple):
     id: str  # the Input's id
     label: str
-    field: str  # the TrainConfig field it sets: its default and help text come from there
-    flag: str  # the `appliance train` flag
+    field: str  # the TrainConfig field it sets: its default, help text and CLI flag come from there
     grpo_only: bool = False
 
 
 KNOBS = (
-    Knob("steps", "steps", "steps", "--steps"),
-    Knob("generations", "gens", "num_generations", "--num-generations", grpo_only=True),
-    Knob("max-tokens", "max tok", "max_completion_tokens", "--max-completion-tokens", grpo_only=True),
-    Knob("lr", "LR", "learning_rate", "--lr"),
-    Knob("lora-r", "LoRA r", "lora_r", "--lora-r"),
-    Knob("eval-every", "eval every", "eval_every", "--eval-every"),
+    Knob("steps", "steps", "steps"),
+    Knob("generations", "gens", "num_generations", grpo_only=True),
+    Knob("max-tokens", "max tok", "max_completion_tokens", grpo_only=True),
+    Knob("lr", "LR", "learning_rate"),
+    Knob("lora-r", "LoRA r", "lora_r"),
+    Knob("eval-every", "eval every", "eval_every"),
 )
 HELP = field_help()
 DEFAULT_KIND = TrainConfig().stage
@@ -83,7 +83,7 @@ def train_args(app: Any, kind: str, preset: str, knobs: dict[str, str], resume: 
     for knob in KNOBS:
         value = knobs.get(knob.id, "").strip()
         if value and (kind == "grpo" or not knob.grpo_only) and not is_default(value, defaults[knob.id]):
-            args += [knob.flag, value]
+            args += [train_flag(knob.field), value]
     if resume:
         args += ["--resume", resume]
     elif init_adapter:
