@@ -262,3 +262,17 @@ def test_quick_pipeline_screens_a_sample_of_grpo_pool():
 
     assert PipelineSettings(quick=True).grpo_args() == ["--screen-limit", str(QUICK_SCREEN_LIMIT)]
     assert PipelineSettings().grpo_args() == []
+
+
+def test_uncertain_by_template_takes_each_templates_best_in_turn():
+    from appliance.train.screen import ScreenedTask, select_uncertain, select_uncertain_by_template
+
+    chances = {"short1": 0.9, "short2": 0.8, "short3": 0.7, "long1": 0.2, "long2": 0.1, "new1": 0.05}
+    scored = [ScreenedTask(t, -1.0, c) for t, c in chances.items()]
+    template_of = {t: t.rstrip("0123456789") for t in chances}
+    by_template = select_uncertain_by_template(scored, 3, template_of)
+    assert {t.task_id for t in by_template if t.selected} == {"short1", "long1", "new1"}
+    assert {t.task_id for t in select_uncertain(scored, 3) if t.selected} == {"short1", "short2", "short3"}
+    assert {t.task_id for t in select_uncertain_by_template(scored, 4, template_of) if t.selected} == {
+        "short1", "long1", "new1", "short2"}
+    assert not any(t.selected for t in select_uncertain_by_template(scored, 0, template_of))

@@ -30,7 +30,8 @@ from ..packs.manifest import EVAL_SPLITS, TRAIN_SPLITS
 
 BACKENDS = ("auto", "cpu", "unsloth")
 STAGES = ("sft", "grpo")
-TASK_SELECTIONS = ("all", "uncertain")  # GRPO: every train task, or those screening keeps (screen.py)
+# GRPO: every task of its pool, the most uncertain ones, or the most uncertain of each template in turn (screen.py)
+TASK_SELECTIONS = ("all", "uncertain", "uncertain_by_template")
 ALL_LINEAR = "all-linear"
 # What `all-linear` means for the Llama/Qwen-style decoders we train, where an explicit list is needed.
 ALL_LINEAR_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -74,11 +75,12 @@ class TrainConfig:
     prompts_per_step: int = field(default=4, metadata=_help(
         "GRPO only: distinct prompts per step (each sampled num_generations times)."))
     task_selection: str = field(default="uncertain", metadata=_help(
-        "GRPO: which train tasks to sample prompts from: all, or uncertain (before training, keep the "
+        "GRPO: which tasks of its pool to sample prompts from: all; uncertain (before training, keep the "
         "steps x prompts_per_step tasks whose group of samples is most likely to differ in reward under the "
-        "starting policy, scored by the exact probability of the expected answer; single-turn packs)."))
+        "starting policy, scored by the exact probability of the expected answer; single-turn packs); or "
+        "uncertain_by_template (the same scores, taken round-robin over templates so every intent is kept)."))
     screen_limit: int | None = field(default=None, metadata=_help(
-        "GRPO with task_selection=uncertain: score at most this many tasks of the split, a seeded sample "
+        "GRPO with an uncertain task selection: score at most this many tasks of the split, a seeded sample "
         "(None = every task; screening 480 tasks takes about 2 minutes on 2 CPU cores)."))
     max_completion_tokens: int = field(default=96, metadata=_help(
         "GRPO: the most tokens sampled per turn (eval's budget is 96; workplace-single's longest expected "
@@ -165,7 +167,7 @@ class TrainConfig:
             raise ApplianceError("lora_layers must be 0 (every layer) or a positive number of last layers.")
         if self.task_selection not in TASK_SELECTIONS:
             raise ApplianceError(f"Unknown task selection {self.task_selection!r}; "
-                                 f"choose {' or '.join(TASK_SELECTIONS)}.")
+                                 f"choose one of {', '.join(TASK_SELECTIONS)}.")
         if self.eval_every < 1:
             raise ApplianceError("eval_every must be at least 1.")
         if self.screen_limit is not None and self.screen_limit < 1:
