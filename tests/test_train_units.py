@@ -276,3 +276,18 @@ def test_uncertain_by_template_takes_each_templates_best_in_turn():
     assert {t.task_id for t in select_uncertain_by_template(scored, 4, template_of) if t.selected} == {
         "short1", "long1", "new1", "short2"}
     assert not any(t.selected for t in select_uncertain_by_template(scored, 0, template_of))
+
+
+def test_resume_refuses_flags_that_would_change_the_saved_run(tmp_path):
+    from appliance.cli import build_parser
+    from appliance.errors import ApplianceError
+    from appliance.train.cli_glue import config_from_args
+    from appliance.train.config import TrainConfig
+
+    TrainConfig(stage="grpo", steps=30, eval_every=8).save(tmp_path / "grpo-1" / "config.json")
+    parse = lambda *flags: build_parser().parse_args(  # noqa: E731
+        ["train", "grpo", "--resume", "grpo-1", "--workspace", str(tmp_path), *flags])
+    assert config_from_args(parse("--steps", "60")).steps == 60  # a larger --steps extends the run
+    assert config_from_args(parse("--eval-every", "8")).eval_every == 8  # the saved value is no change
+    with pytest.raises(ApplianceError, match=r"cannot change eval_every \(saved 8, given 15\)"):
+        config_from_args(parse("--eval-every", "15"))

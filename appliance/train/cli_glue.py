@@ -26,11 +26,27 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
             base[name] = value
     if args.lr is not None:
         base["learning_rate"] = args.lr
-    if args.resume:
-        base["resume_from"] = args.resume
     if args.checkpoints:
         base["output"] = args.checkpoints
+    if args.resume:
+        base["resume_from"] = args.resume
+        _refuse_changed_settings(TrainConfig.from_dict(base), given=set(base) - {"stage", "workspace", "resume_from"})
     return TrainConfig.from_dict(base)
+
+
+def _refuse_changed_settings(config: TrainConfig, given: set[str]) -> None:
+    """A resumed run keeps its saved settings (only a larger --steps extends it); a flag that would change one
+    is refused with a sentence rather than silently ignored."""
+    from appliance.errors import ApplianceError
+    from appliance.train.common import CONFIG_FILE, find_run_dir
+
+    saved = TrainConfig.load(find_run_dir(config) / CONFIG_FILE)
+    changed = sorted(name for name in given - {"steps"} if getattr(config, name) != getattr(saved, name))
+    if changed:
+        shown = ", ".join(f"{name} (saved {getattr(saved, name)!r}, given {getattr(config, name)!r})"
+                          for name in changed)
+        raise ApplianceError(f"--resume continues run {config.resume_from} with its saved settings and cannot change "
+                             f"{shown}; drop those flags, or start a new run with --init-adapter.")
 
 
 def train_from_args(args: argparse.Namespace, *, sink: EventSink, workspace: Any) -> TrainResult:
