@@ -5,18 +5,18 @@ flags from these and the run saves the config as JSON next to the run
 (`runs/<run_id>/config.json`) and inside every checkpoint manifest.
 
 Defaults are sized for the CPU path (2 cores, the embedded SmolLM2-135M) and
-follow what was measured to work there (README, "Learning"): SFT at lr 3e-4,
-batch 8, two passes over workplace-single's 600 train tasks (150 steps) took
-held-out success from 12% to 33-35%. GRPO: binary reward, beta 0, 4 prompts x 4
-generations, lr 5e-5, temperature 1.0, up to 96 tokens per completion. Measured
-against the alternatives (README, "Learning"): at 64 tokens a fifth of the train
-answers could never fit, and truncated samples taught the model to drop
-arguments; at temperature 0.7, 87% of the groups had no reward variance, and
-with lr 1e-4 the policy drifted anyway (Adam momentum), ending 13 points below
-its SFT start. Screening the train split for the tasks the SFT model is unsure
-about (task_selection=uncertain) cut the flat groups from 65% to 19% and raised
-the probability of the expected answer on those train tasks (0.48 -> 0.59), but
-none of the settings tried made GRPO beat its SFT start on held-out tasks yet.
+follow what was measured there (docs/learning.md): SFT at lr 3e-4, batch 8,
+150 steps (one pass over workplace-single's 1,200 `train` requests) took
+held-out success from 12.5% to 35.8%. GRPO trains on `train_rl`, requests SFT
+never saw: binary reward, beta 0, 4 prompts x 4 generations, lr 5e-5,
+temperature 1.0, up to 96 tokens per completion (at 64 a fifth of the answers
+could not fit, and truncated samples taught the model to drop arguments; at
+temperature 0.7, 87% of the groups had no reward variance). Its tasks are
+screened for uncertainty one template at a time (task_selection=
+uncertain_by_template), the one of the two screening settings tried on `dev`
+that did not lose there: a global ranking kept mostly short answers and taught
+the model to drop arguments. No GRPO setting has yet beaten its SFT start on
+held-out tasks by a margin that holds.
 """
 from __future__ import annotations
 
@@ -74,7 +74,7 @@ class TrainConfig:
         "GRPO group size: completions sampled per prompt; advantages are relative within a group."))
     prompts_per_step: int = field(default=4, metadata=_help(
         "GRPO only: distinct prompts per step (each sampled num_generations times)."))
-    task_selection: str = field(default="uncertain", metadata=_help(
+    task_selection: str = field(default="uncertain_by_template", metadata=_help(
         "GRPO: which tasks of its pool to sample prompts from: all; uncertain (before training, keep the "
         "steps x prompts_per_step tasks whose group of samples is most likely to differ in reward under the "
         "starting policy, scored by the exact probability of the expected answer; single-turn packs); or "
