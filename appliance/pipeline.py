@@ -49,8 +49,9 @@ class PipelineSettings:
             self.eval_limit, self.sft_steps, self.grpo_steps = min(self.eval_limit or 8, 8), 4, 2
 
     def grpo_args(self) -> list[str]:
-        """A quick run screens a sample of GRPO's pool, not all of it (a smoke run still passes through screening)."""
-        return ["--screen-limit", str(QUICK_SCREEN_LIMIT)] if self.quick else []
+        """A quick run screens a sample of GRPO's pool, not all of it, and samples 2 prompts a step, not 4
+        (measured: 5 min 39 s with 4 prompts, GRPO's two steps taking 56-65 s each on 2 cores)."""
+        return ["--screen-limit", str(QUICK_SCREEN_LIMIT), "--prompts-per-step", "2"] if self.quick else []
 
 
 @dataclass
