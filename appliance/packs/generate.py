@@ -68,8 +68,8 @@ def generate_pack(
 
 
 def _draw_split(
-    kind: str, split: str, templates: Sequence[Template], n: int, rng: Random, avoid: list[str],
-    exact_avoid: list[str] = (),
+    kind: str, split: str, templates: Sequence[Template], n: int, rng: Random, avoid: Sequence[str],
+    exact_avoid: Sequence[str] = (),
 ) -> list[Task]:
     sources = [t for t in templates if t.phrasings_for(split)]
     if not sources:
@@ -85,7 +85,7 @@ def _draw_split(
 
 
 def _draw_candidates(kind: str, split: str, sources: list[Template], n: int, rng: Random,
-                     taken: set[str] = frozenset()) -> list[Task]:
+                     taken: Iterable[str] = ()) -> list[Task]:
     """Round-robin over templates (balanced), skipping repeats; stop a template once it runs dry."""
     tasks: list[Task] = []
     seen: set[str] = set(taken)
