@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -55,10 +56,15 @@ def draw_sample(ws: Any, eval_id: str, *, n: int = 64, seed: int = 0) -> list[di
     return picked
 
 
+_SPECIAL_TOKEN = re.compile(r"<\|[^|<>]*\|>|</?s>")
+_TRAILING_ROLE = re.compile(r"\s*(?:assistant|model)\s*:?\s*$", re.IGNORECASE)
+
+
 def _request_from_prompt(prompt: str) -> str:
-    """The last user turn of a rendered prompt, for display (best effort, template-agnostic)."""
-    tail = prompt.rsplit("user", 1)[-1]
-    return tail.strip()[-600:]
+    """The last user turn of a rendered prompt, for display (best effort, template-agnostic): the text after
+    the last `user` marker, without chat-template tokens (`<|im_end|>`) or the assistant header after it."""
+    tail = _SPECIAL_TOKEN.sub(" ", prompt.rsplit("user", 1)[-1])
+    return _TRAILING_ROLE.sub("", tail).strip()[-600:]
 
 
 def read_labels_file(path: str) -> list[dict[str, Any]]:

@@ -75,3 +75,13 @@ def test_interactive_audit_through_the_cli(stored_eval):
     _, rows = Workspace.open(root).query(
         "SELECT label, note FROM audits WHERE eval_id = ? AND auditor = 'human' ORDER BY created_at", [eval_id])
     assert ("disagree", "wrong bucket") in rows and any(label == "agree" for label, _ in rows)
+
+
+def test_the_audit_shows_the_request_without_chat_template_tokens():
+    from appliance.audit import _request_from_prompt
+
+    chatml = ("<|im_start|>system\nYou are a workplace assistant.<|im_end|>\n<|im_start|>user\n"
+              "Delete task 00000012<|im_end|>\n<|im_start|>assistant\n")
+    assert _request_from_prompt(chatml) == "Delete task 00000012"
+    llama = "<s>[INST] <<SYS>>tools<</SYS>> user: Cancel event 00000123 [/INST]"
+    assert "Cancel event 00000123" in _request_from_prompt(llama)
