@@ -225,8 +225,7 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
             default = spec[name].default if spec[name].default is not MISSING else None
             shown = "the stage's" if name == "learning_rate" else default
             # None: keep the value from --config / the resumed run / TrainConfig's default.
-            p.add_argument(flag, dest=name.replace("learning_rate", "lr").replace("resume_from", "resume")
-                           .replace("output", "checkpoints"), type=kind, default=None, choices=choices.get(name),
+            p.add_argument(flag, type=kind, default=None, choices=choices.get(name),
                            metavar=None if name in choices else name.upper(),
                            help=f"{spec[name].metadata['help']} (default: {shown})")
         p.add_argument("--eval-limit", type=int, default=32,

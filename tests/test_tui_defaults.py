@@ -5,12 +5,11 @@ from types import SimpleNamespace
 
 import pytest
 from textual.widgets import Input, Select
-from textual.worker import WorkerCancelled
 
 from appliance.cli import build_parser, train_flag
 from appliance.train.cli_glue import config_from_args
 from appliance.train.config import STAGES, TrainConfig, field_help
-from test_tui_support import T0, TASKS_ROOT, build_app
+from test_tui_support import settle, T0, TASKS_ROOT, build_app
 from tui.data import StoreData, init_adapter_default, pack_splits
 from tui.screens.evaluate import EVAL_DEFAULTS, eval_args
 from tui.screens.train import KNOBS, knob_defaults, train_args
@@ -19,14 +18,6 @@ SIZE = (100, 30)
 DEFAULTS = TrainConfig()
 APP = SimpleNamespace(pack=DEFAULTS.pack, model=DEFAULTS.model, backend="auto")
 
-
-async def settle(app, pilot) -> None:
-    for _ in range(3):
-        try:
-            await app.workers.wait_for_complete()
-        except WorkerCancelled:  # an exclusive worker replaced by a newer one
-            pass
-        await pilot.pause()
 
 
 def cli_config(argv: list[str]) -> TrainConfig:

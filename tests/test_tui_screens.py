@@ -6,10 +6,9 @@ import re
 
 import pytest
 from textual.widgets import DataTable
-from textual.worker import WorkerCancelled
 
 from appliance.events import RunFailed
-from test_tui_support import BASE_METRICS, build_app, eval_script, train_script, visible_text
+from test_tui_support import BASE_METRICS, build_app, settle, eval_script, train_script, visible_text
 from tui.screens.audit import AuditScreen
 from tui.screens.help import HelpScreen
 from tui.widgets.alarm_banner import AlarmBanner
@@ -21,15 +20,6 @@ from tui.widgets.train_charts import TrainCharts
 SIZE = (100, 30)
 pytestmark = pytest.mark.anyio  # async tests run on asyncio via the anyio plugin
 
-
-async def settle(app, pilot) -> None:
-    """Let workers finish and their messages land (no sleeps)."""
-    for _ in range(3):
-        try:
-            await app.workers.wait_for_complete()
-        except WorkerCancelled:  # an exclusive worker replaced by a newer one
-            pass
-        await pilot.pause()
 
 
 def cell_texts(table: DataTable) -> list[list[str]]:

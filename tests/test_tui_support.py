@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from textual.worker import WorkerCancelled
+
 from appliance.events import (Alarm, CheckpointSaved, EvalFinished, Progress, RolloutScored, RunFinished,
                               RunStarted, StepMetrics)
 from tui.app import make_app
@@ -118,3 +120,13 @@ def visible_text(app) -> str:
             line = line.ljust(round(x / 12.2)) + text  # Textual's SVG cells are 12.2 px wide
         lines.append(line.replace("\xa0", " "))
     return "\n".join(lines)
+
+
+async def settle(app, pilot) -> None:
+    """Let workers finish and their messages land (no sleeps)."""
+    for _ in range(3):
+        try:
+            await app.workers.wait_for_complete()
+        except WorkerCancelled:  # an exclusive worker replaced by a newer one
+            pass
+        await pilot.pause()

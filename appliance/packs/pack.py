@@ -231,8 +231,7 @@ def _check_leakage(split_rows: dict[str, list[tuple[int, Task]]], manifest: dict
             rows = split_rows.get(split, [])
             collisions = find_collisions(train_texts, [task.request for _, task in rows])
             if collisions:
-                _raise_leak(collisions, rows, train, split, train_split, manifest, path, "held-out requests must "
-                            "not leak from training splits")
+                _raise_leak(collisions, rows, train, split, train_split, manifest, path)
     if split_rows.get("train") and split_rows.get("train_rl"):
         sft = {normalise(task.request): number for number, task in split_rows["train"]}
         for number, task in split_rows["train_rl"]:
@@ -244,7 +243,7 @@ def _check_leakage(split_rows: dict[str, list[tuple[int, Task]]], manifest: dict
 
 
 def _raise_leak(collisions: list[Any], rows: list[tuple[int, Task]], train: list[tuple[int, Task]], split: str,
-                train_split: str, manifest: dict[str, Any], path: Path, rule: str) -> None:
+                train_split: str, manifest: dict[str, Any], path: Path) -> None:
     first = collisions[0]
     eval_line, eval_task = rows[first.eval_index]
     train_line = train[first.train_index][0]
@@ -252,7 +251,7 @@ def _raise_leak(collisions: list[Any], rows: list[tuple[int, Task]], train: list
     raise PackError(
         f"{display_path(path / manifest['splits'][split])} line {eval_line}: the request of "
         f"'{eval_task.id}' {how} {manifest['splits'][train_split]} line {train_line}; "
-        f"{rule} ({len(collisions)} such rows in {split})."
+        f"held-out requests must not leak from training splits ({len(collisions)} such rows in {split})."
     )
 
 

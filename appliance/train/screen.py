@@ -50,22 +50,21 @@ def variance_chance(success_probability: float, group_size: int) -> float:
     return 1.0 - p ** group_size - (1.0 - p) ** group_size
 
 
-def select_uncertain(scored: list[ScreenedTask], keep: int) -> list[ScreenedTask]:
-    """Mark the `keep` tasks most likely to give a group with varied rewards (ties: task order)."""
-    ranked = sorted(range(len(scored)), key=lambda i: -scored[i].variance_chance)
-    chosen = set(ranked[:max(keep, 0)])
-    return [replace(task, selected=i in chosen) for i, task in enumerate(scored)]
+def select_uncertain(scored: list[ScreenedTask], keep: int,
+                     template_of: dict[str, str] | None = None) -> list[ScreenedTask]:
+    """Mark the `keep` tasks most likely to give a group with varied rewards (ties: task order).
 
+    With `template_of` (task id -> template) the ranking is taken round-robin over templates: each
+    template's most uncertain task first, then each one's second, and so on, so the curriculum covers
+    every intent (task_selection=uncertain_by_template). Without it every task is its own template, which
+    is the plain global ranking.
 
-def select_uncertain_by_template(scored: list[ScreenedTask], keep: int, template_of: dict[str, str]) -> list[ScreenedTask]:
-    """Like `select_uncertain`, but round-robin over templates: each template's most uncertain task first,
-    then each one's second, and so on, so the curriculum covers every intent.
-
-    Why: the exact probability of a long answer is small even when the model often gets it right, so a
-    global ranking keeps mostly short answers. In `make run` (commit c596da5) 63 of the 120 kept tasks
-    expected no call and 43 were deletes by id; neither rl-only update template was kept, and GRPO taught
-    the model to drop `field` and `new_value` on held-out update requests (docs/learning.md).
+    Why per template: the exact probability of a long answer is small even when the model often gets it
+    right, so a global ranking keeps mostly short answers. In `make run` (commit c596da5) 63 of the 120
+    kept tasks expected no call and 43 were deletes by id; neither rl-only update template was kept, and
+    GRPO taught the model to drop `field` and `new_value` on held-out update requests (docs/learning.md).
     """
+    template_of = template_of or {}
     by_template: dict[str, list[int]] = defaultdict(list)
     for i in sorted(range(len(scored)), key=lambda i: -scored[i].variance_chance):
         by_template[template_of.get(scored[i].task_id, scored[i].task_id)].append(i)
@@ -73,6 +72,11 @@ def select_uncertain_by_template(scored: list[ScreenedTask], keep: int, template
     interleaved = [ranked[r] for r in range(max(map(len, order), default=0)) for ranked in order if r < len(ranked)]
     chosen = set(interleaved[:max(keep, 0)])
     return [replace(task, selected=i in chosen) for i, task in enumerate(scored)]
+
+
+def select_uncertain_by_template(scored: list[ScreenedTask], keep: int, template_of: dict[str, str]) -> list[ScreenedTask]:
+    """`select_uncertain` taken round-robin over `template_of`'s templates."""
+    return select_uncertain(scored, keep, template_of)
 
 
 def gold_logprobs(pack: Any, model: Any, tokenizer: Any, tasks: list[Any], *, temperature: float = 1.0,
@@ -116,7 +120,8 @@ def score_tasks(run: Any, model: Any, tokenizer: Any, rows: list[dict[str, Any]]
 
 
 def screen_rows(run: Any, model: Any, tokenizer: Any, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The GRPO dataset rows for `config.task_selection`: all of them, or the uncertain ones."""
+    """The GRPO dataset rows for `config.task_selection`: all of them, or the uncertain ones (globally or per
+    template)."""
     from .multiturn import is_multi_turn
 
     config = run.config
@@ -136,13 +141,11 @@ def screen_rows(run: Any, model: Any, tokenizer: Any, rows: list[dict[str, Any]]
     screened = load_screening(path) if path.is_file() else None
     if screened is None:
         scored = score_tasks(run, model, tokenizer, screening_sample(rows, config))
-        keep = config.steps * config.prompts_per_step
+        templates = None
         if config.task_selection == "uncertain_by_template":
             templates = {row["task_id"]: str(run.pack.task(row["task_id"]).tags.get("template", row["task_id"]))
                          for row in rows}
-            screened = select_uncertain_by_template(scored, keep, templates)
-        else:
-            screened = select_uncertain(scored, keep)
+        screened = select_uncertain(scored, config.steps * config.prompts_per_step, templates)
         save_screening(path, screened)
         run.emit(screening_event(run.run_id, screened, config.temperature))
     chosen = {task.task_id for task in screened if task.selected}
