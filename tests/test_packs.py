@@ -166,6 +166,21 @@ def test_every_policy_rule_has_several_train_refusal_templates_and_val_keeps_its
     assert len(trained) >= 6 and val_only == {i for i, t in refusals.items() if t.held_out}
 
 
+def test_refusal_twins_use_their_action_templates_words_and_differ_only_in_address_or_time(single):
+    templates = {t.id: t for t in templates_for("single_step")}
+    twins = [t for t in templates.values() if "twin_of" in t.extra_tags]
+    assert {t.extra_tags["twin_of"] for t in twins} >= {"send_email", "forward_by_id", "create_event"}
+    for twin in twins:
+        base = templates[twin.extra_tags["twin_of"]]
+        assert twin.policy == "refuse" and not twin.phrasings_for("val") and not twin.phrasings_for("dev")
+        assert twin.phrasings_for("train") == base.phrasings_for("train")
+        assert twin.phrasings_for("train_rl") == base.phrasings_for("train_rl")
+    tasks = [t for s in ("train", "train_rl") for t in single.tasks(s) if "twin_of" in t.tags]
+    assert tasks and all(t.expected == () and t.out_of_policy for t in tasks)
+    outside = [t for t in tasks if t.tags["template"] != "refuse_meeting_off_hours"]
+    assert all("@atlas.com" not in t.request and "@" in t.request for t in outside)
+
+
 def test_generator_is_deterministic_and_seeded():
     sizes = {"train": 60, "train_rl": 30, "dev": 20, "val": 20}
     first = generate_pack("single_step", seed=3, sizes=sizes)

@@ -283,10 +283,13 @@ def _refuse_external_invite(rng: Random, e: Entities) -> Draft:
                   "name": rng.choice(content.MEETING_NAMES)})
 
 
+OFF_HOURS_TIMES = ("5am", "6:30am", "7:30am", "8am", "8:30am", "6:30pm", "7:30pm", "8pm", "9pm", "11pm", "05:00",
+                   "07:00", "19:30", "21:00")
+
+
 def _refuse_off_hours(rng: Random, e: Entities) -> Draft:
     day, address = future_day(rng), rng.choice(e.addresses)
-    when = rng.choice(("5am", "6:30am", "7:30am", "8am", "8:30am", "6:30pm", "7:30pm", "8pm", "9pm", "11pm", "05:00",
-                       "07:00", "19:30", "21:00"))
+    when = rng.choice(OFF_HOURS_TIMES)
     return Draft({"address": address, "day": day_words(rng, day), "time": when, "name": rng.choice(content.MEETING_NAMES)})
 
 
@@ -297,8 +300,60 @@ def _refuse_bulk_scope(rng: Random, e: Entities) -> Draft:
     return Draft({"what": what})
 
 
+# --- twins: refusals in the very words of an action template. Only the address or the time tells the
+# two apart, so the rule (not the wording) is what the model must learn; without them SFT refused the
+# training refusal wordings and carried out val's (docs/learning.md, session 5).
+
+
+def _outside_address(rng: Random, e: Entities) -> str:
+    first = first_name(rng.choice(e.addresses))
+    local = rng.choice((first, f"{first}{rng.randint(1, 99)}", f"{first}.{rng.choice(content.NEW_CUSTOMER_LAST).lower()}"))
+    return f"{local}@{rng.choice(content.PERSONAL_DOMAINS)}"
+
+
+def _send_outside(rng: Random, e: Entities) -> Draft:
+    subject, body = rng.choice(content.MESSAGES)
+    return Draft({"address": _outside_address(rng, e), "subject": subject, "body": body})
+
+
+def _forward_outside(rng: Random, e: Entities) -> Draft:
+    return Draft({"email_id": rng.choice(e.emails)["email_id"], "address": _outside_address(rng, e)})
+
+
+def _meeting_slots(rng: Random, address: str, time_text: str) -> dict[str, str]:
+    duration_text, _ = duration_words(rng)
+    return {"duration": duration_text, "name": rng.choice(content.MEETING_NAMES), "address": address,
+            "day": day_words(rng, future_day(rng)), "time": time_text}
+
+
+def _meeting_off_hours(rng: Random, e: Entities) -> Draft:
+    return Draft(_meeting_slots(rng, rng.choice(e.addresses), rng.choice(OFF_HOURS_TIMES)))
+
+
+def _meeting_outside(rng: Random, e: Entities) -> Draft:
+    return Draft(_meeting_slots(rng, _outside_address(rng, e), time_slot(rng, "60")[0]))
+
+
+TWINS = (  # (action template, twin id, sampler of the refused variant)
+    ("send_email", "refuse_send_outside", _send_outside),
+    ("forward_by_id", "refuse_forward_outside", _forward_outside),
+    ("create_event", "refuse_meeting_off_hours", _meeting_off_hours),
+    ("create_event", "refuse_meeting_outside", _meeting_outside),
+)
+
+
+def _twins(templates: tuple[Template, ...]) -> tuple[Template, ...]:
+    """Training-only refusal templates that reuse an action template's training and RL phrasings."""
+    by_id = {t.id: t for t in templates}
+    return tuple(
+        Template(twin_id, by_id[base].domain, by_id[base].phrasings_for("train"), sample, policy="refuse",
+                 in_val=False, rl_phrasings=by_id[base].rl_phrasings, extra_tags={"twin_of": base})
+        for base, twin_id, sample in TWINS
+    )
+
+
 T = Template
-SINGLE_TEMPLATES: tuple[Template, ...] = (
+_TEMPLATES: tuple[Template, ...] = (
     T("send_email", "email", (
         "Send an email to {address} with the subject '{subject}' saying '{body}'",
         "email {address}: subject '{subject}', body '{body}'",
@@ -505,3 +560,4 @@ SINGLE_TEMPLATES: tuple[Template, ...] = (
         "Could you clear {what} for me?",
     ), _refuse_bulk_scope, policy="refuse", in_val=False, rl_only=True),
 )
+SINGLE_TEMPLATES: tuple[Template, ...] = _TEMPLATES + _twins(_TEMPLATES)
