@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
 TORCH_PIP_ARGS ?=
 
-.PHONY: setup run test test-fast bench clean-venv
+.PHONY: setup run test test-fast docs-check bench clean-venv
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -30,6 +30,11 @@ test: setup
 
 test-fast: setup
 	$(PY) -m pytest -q -x --timeout=900 -m "not slow"
+
+# Runs the README's tour for real in a scratch folder (about 10 minutes on 2 cores); tests/test_readme.py
+# checks on every `make test` that each command the README prints still parses.
+docs-check: setup
+	$(PY) tests/readme_tour.py
 
 bench: setup
 	$(PY) bench/run_all.py
