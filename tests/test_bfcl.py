@@ -340,6 +340,59 @@ def test_irrelevance_passes_only_without_a_call(by_id):
     assert not outcome.passed and outcome.bucket == "called_when_none_expected"
 
 
+# Outputs that do not decode to a call; the leaderboard reads each as "no call".
+UNDECODABLE = {
+    "empty": "",
+    "think block only": "<think>No supplied function computes a triangle's area.</think>",
+    "prose with a brace": "I cannot help: {the functions} only compute a body mass index.",
+    "broken JSON call": '{"name": "determine_body_mass_index", "arguments": {"weight": , "height": 1.8}}',
+    "truncated call": '<tool_call>{"name": "determine_body_mass_index", "arguments": {"weight": 7',
+}
+
+
+@pytest.fixture(scope="module")
+def scorer():
+    from appliance.evaluate.scoring import make_scorer
+    from appliance.packs import load_pack
+
+    return make_scorer(load_pack("bfcl"))
+
+
+@pytest.mark.parametrize("case", list(UNDECODABLE))
+def test_undecodable_output_is_no_call_on_irrelevance(scorer, case):
+    task = scorer.pack.task("irrelevance_0")
+    text = UNDECODABLE[case]
+    assert scorer.verifier.verify(task, text).bucket == "format_error"  # the verifier alone says format error
+    verdict = scorer.score_text(task, text)
+    assert verdict.success and "as required" in verdict.reason
+    assert not verdict.parse_ok  # still counted as an invalid output
+    assert scorer.reward(verdict).components["completed"] == 1.0
+    calls_verdict = scorer.score_calls(task, [], parse_ok=False, raised=False)
+    assert calls_verdict.success
+
+
+def test_a_real_call_is_wrong_on_irrelevance(scorer):
+    task = scorer.pack.task("irrelevance_0")
+    text = '{"name": "determine_body_mass_index", "arguments": {"weight": 70.0, "height": 1.8}}'
+    verdict = scorer.score_text(task, text)
+    assert not verdict.success and verdict.bucket == "called_when_none_expected"
+    assert scorer.score_text(task, "None of the supplied functions computes an area.").success
+
+
+@pytest.mark.parametrize("task_id", ["simple_python_10", "multiple_5", "parallel_0", "live_multiple_198-90-0"])
+def test_relevant_rows_keep_the_format_error_and_their_ast_verdict(scorer, task_id):
+    from appliance.prompting import render_completion
+
+    task = scorer.pack.task(task_id)
+    for text in UNDECODABLE.values():
+        assert scorer.score_text(task, text) == scorer.verifier.verify(task, text)
+        assert scorer.score_text(task, text).bucket == "format_error"
+    assert scorer.score_calls(task, [], parse_ok=False, raised=False).bucket == "format_error"
+    gold = gold_calls({"bfcl": task.meta["bfcl"], "tools": list(task.tools)})
+    assert scorer.score_text(task, render_completion(gold)).success
+    assert scorer.score_text(task, "I would rather not call anything.").bucket == "missed_call"
+
+
 def test_real_entries_verified_against_upstream(by_id):
     contact = by_id["live_multiple_198-90-0"]
     assert passes(contact, ToolCall("adriel_contact", {}))

@@ -11,7 +11,7 @@
 
 BFCL is never trained on: the pack has a test split and a gate split only.
 """
-from appliance.bfcl.checker import BfclOutcome, check_bfcl, score_bfcl, standardise
+from appliance.bfcl.checker import BfclOutcome, check_bfcl, expects_no_call, score_bfcl, standardise
 from appliance.bfcl.convert import openai_name, to_openai_tool
 from appliance.bfcl.importer import (
     DEFAULT_CATEGORIES,
@@ -31,6 +31,7 @@ __all__ = [
     "accuracy_by_category",
     "bfcl_summary",
     "check_bfcl",
+    "expects_no_call",
     "gold_calls",
     "import_bfcl",
     "load_bfcl_rows",

@@ -21,7 +21,7 @@ all or nothing per row, no partial credit. The rules, in the checker's order:
 
 A model output that could not be parsed into calls should be passed as `[]`:
 upstream counts an undecodable FC reply as "no call", which is right for
-irrelevance and wrong everywhere else.
+irrelevance and wrong everywhere else (`expects_no_call` says which rows).
 """
 from __future__ import annotations
 
@@ -79,7 +79,7 @@ def check_bfcl(row: dict[str, Any], calls: Sequence[ToolCall]) -> BfclOutcome:
     category = spec["category"]
     docs = row_signatures(row)
     try:
-        if "irrelevance" in category:
+        if expects_no_call(category):
             _expect_no_call(calls)
             return BfclOutcome(True, "", "made no call, as required", "success")
         if "relevance" in category:
@@ -96,8 +96,17 @@ def check_bfcl(row: dict[str, Any], calls: Sequence[ToolCall]) -> BfclOutcome:
     return BfclOutcome(True, "", "matches the BFCL ground truth", "success")
 
 
+def expects_no_call(category: str) -> bool:
+    """Whether a row of this category passes only without a call (irrelevance, live_irrelevance).
+
+    On these rows an output that does not decode to a call (empty text, prose,
+    a broken or truncated call) is right: the leaderboard reads it as "no call".
+    """
+    return "irrelevance" in category
+
+
 def _bucket(spec: dict[str, Any], calls: Sequence[ToolCall]) -> str:
-    if "irrelevance" in spec["category"]:
+    if expects_no_call(spec["category"]):
         return "called_when_none_expected"
     if not calls:
         return "missed_call"

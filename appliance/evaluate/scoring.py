@@ -2,6 +2,12 @@
 
 The evaluator and the trainer ask the same questions (score this text, score
 these calls, what reward is that); only the pack decides how they are answered.
+
+BFCL rows follow the leaderboard: an output that does not decode to a call
+(empty, a think block only, prose with a brace, a broken or truncated call) is
+"no call" there, so on an irrelevance row it is a success, not a format error;
+the verdict keeps parse_ok False, so invalid-output rates still count it. On
+every other row it stays the verifier's format error.
 """
 from __future__ import annotations
 
@@ -23,16 +29,20 @@ class Scorer:
 
     def score_text(self, task: Task, text: str) -> Verdict:
         verdict = self.verifier.verify(task, text)
-        if not self.is_bfcl or not verdict.parse_ok:
+        if not self.is_bfcl:
             return verdict
+        if not verdict.parse_ok:
+            return self._bfcl_undecoded(task, verdict)
         return self._bfcl_verdict(task, parse_tool_calls(text).calls, verdict)
 
     def score_calls(self, task: Task, calls: Sequence[ToolCall], *, parse_ok: bool, raised: bool,
                     final_text: str = "") -> Verdict:
         verdict = self.verifier.verify_calls(task, list(calls), parse_ok=parse_ok, raised=raised)
-        if self.is_bfcl and verdict.parse_ok:
-            return self._bfcl_verdict(task, tuple(calls), verdict)
-        return verdict
+        if not self.is_bfcl:
+            return verdict
+        if not verdict.parse_ok:
+            return self._bfcl_undecoded(task, verdict)
+        return self._bfcl_verdict(task, tuple(calls), verdict)
 
     def reward(self, verdict: Verdict) -> RewardBreakdown:
         return score(verdict, self.scheme)
@@ -44,6 +54,15 @@ class Scorer:
         expected = sum(c.name in STATE_CHANGING_TOOLS for c in task.expected)
         made = sum(c.name in STATE_CHANGING_TOOLS for c in calls)
         return expected, made
+
+    def _bfcl_undecoded(self, task: Task, base: Verdict) -> Verdict:
+        """An output that did not decode: BFCL's "no call", which only an irrelevance row wants."""
+        from appliance.bfcl import expects_no_call
+
+        if base.bucket != "format_error" or not expects_no_call(task.meta.get("bfcl", {}).get("category", "")):
+            return base  # a relevant row, or a verifier error (ours, not the model's)
+        verdict = self._bfcl_verdict(task, (), base)
+        return replace(verdict, reason=f"decoded no call ({base.reason}), as required")
 
     def _bfcl_verdict(self, task: Task, calls: Sequence[ToolCall], base: Verdict) -> Verdict:
         """BFCL's AST checker decides success and the bucket; the verifier's format checks stay."""
