@@ -8,7 +8,8 @@ import pytest
 from textual.widgets import DataTable
 
 from appliance.events import RunFailed
-from test_tui_support import BASE_METRICS, build_app, settle, eval_script, train_script, visible_text
+from test_tui_support import (BASE_METRICS, FAILED_EVAL, GRPO_RUN, build_app, settle, eval_script, train_script,
+                               visible_text)
 from tui.screens.audit import AuditScreen
 from tui.screens.help import HelpScreen
 from tui.widgets.alarm_banner import AlarmBanner
@@ -31,8 +32,10 @@ async def test_home_shows_setup_hardware_and_recent_work(tmp_path):
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(app, pilot)
         screen = app.screen
-        assert [r[0] for r in cell_texts(screen.query_one("#evals", DataTable))] == ["eval-sft", "eval-base"]
-        assert cell_texts(screen.query_one("#runs", DataTable))[0][:3] == ["sft-1", "sft", "finished"]
+        evals = cell_texts(screen.query_one("#evals", DataTable))
+        assert [r[0] for r in evals] == [FAILED_EVAL, "eval-sft", "eval-base"]
+        assert [r[1:3] for r in evals] == [["failed", "—"], ["finished", "50.0%"], ["finished", "0.0%"]]
+        assert cell_texts(screen.query_one("#runs", DataTable))[1][:3] == ["sft-1", "finished", "sft"]
         text = visible_text(app)
         assert "none visible" in text and "Test CPU ×2" in text and "6.5/24.0 GiB" in text
         assert "generation: hf (no CUDA GPU" in text
@@ -123,7 +126,7 @@ async def test_train_step_metrics_draw_charts_and_an_alarm_raises_the_banner(tmp
         assert args[:2] == ["train", "grpo"] and "--preset" not in args  # the default preset is the engine's
         assert args[args.index("--init-adapter") + 1] == "checkpoints/sft-1/step-20"  # GRPO refines the SFT checkpoint
         charts = app.screen.query_one(TrainCharts)
-        assert [v for _, v in charts.history["kl"]["kl"]] == pytest.approx([0.01 * s for s in range(1, 7)])
+        assert [v for _, v in charts.history["loss"]["kl"]] == pytest.approx([0.01 * s for s in range(1, 7)])
         assert set(charts.history["reward"]) == {"total", "valid_json", "exact"}
         assert charts.history["heldout"]["heldout"] == [(6, 0.4)]
         assert app.screen.query_one(RolloutStream).row_count == 6
@@ -181,10 +184,11 @@ async def test_checkpoints_lineage_and_a_refused_promotion_shows_its_reasons(tmp
         await app.switch_mode("checkpoints")
         await settle(app, pilot)
         lineage = cell_texts(app.screen.query_one("#lineage", DataTable))
-        assert lineage[0][:4] == ["base", "(base model)", "", "0%"] and lineage[1][3:5] == ["50%", "+50%"]
+        assert lineage[0][:4] == ["base model · val", "", "0%", ""]  # the finished base eval, not the failed one
+        assert lineage[1][0] == GRPO_RUN and lineage[2][:4] == ["sft-1", "20", "50%", "+50%"]
         engine.stream = lambda args: (engine.calls.append(list(args)), gate_refuses())[1]
         engine.exit_code = 3
-        await pilot.press("down", "p")
+        await pilot.press("down", "down", "p")
         await settle(app, pilot)
         assert engine.calls[-1] == ["promote", "checkpoints/sft-1/step-20", "--events"]
         text = visible_text(app)
@@ -199,7 +203,7 @@ async def test_sql_runs_builtins_and_exports_csv(tmp_path):
         await app.switch_mode("sql")
         await settle(app, pilot)
         results = app.screen.query_one("#results", DataTable)
-        assert [r[0] for r in cell_texts(results)] == ["eval-sft", "eval-base"]
+        assert [r[0] for r in cell_texts(results)] == [FAILED_EVAL, "eval-sft", "eval-base"]
         app.screen.query_one("#editor").text = "SELECT bucket, count(*) AS n FROM eval_samples GROUP BY 1 ORDER BY 1"
         await pilot.press("ctrl+r")
         await settle(app, pilot)

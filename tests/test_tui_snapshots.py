@@ -1,4 +1,5 @@
-"""Snapshot tests: every screen in a representative state at 100×30.
+"""Snapshot tests: the main screens in a representative state at 80×24 (the smallest terminal the cockpit
+promises) and 120×36; SQL and help at 100×30.
 
 Regenerate after an intended change with
 `pytest tests/test_tui_snapshots.py --snapshot-update` and look at the report.
@@ -60,29 +61,43 @@ def on_screen(mode: str, *keys: str):
     return run_before
 
 
-def test_home_snapshot(snap_compare):
+MAIN_SIZES = pytest.mark.parametrize("size", [(80, 24), (120, 36)], ids=["80x24", "120x36"])
+
+
+@MAIN_SIZES
+def test_home_snapshot(snap_compare, size):
     app, _, _ = build_app(Path("."))
-    assert snap_compare(app, terminal_size=SIZE, run_before=on_screen("home"))
+    assert snap_compare(app, terminal_size=size, run_before=on_screen("home"))
 
 
-def test_evaluate_snapshot_after_an_eval(snap_compare):
+@MAIN_SIZES
+def test_evaluate_snapshot_after_an_eval(snap_compare, size):
     app, _, _ = build_app(Path("."), eval=eval_script())
-    assert snap_compare(app, terminal_size=SIZE, run_before=on_screen("evaluate", "r"))
+    assert snap_compare(app, terminal_size=size, run_before=on_screen("evaluate", "r"))
 
 
-def test_audit_snapshot_after_two_labels(snap_compare):
+@MAIN_SIZES
+def test_audit_snapshot_after_two_labels(snap_compare, size):
     app, _, _ = build_app(Path("."))
-    assert snap_compare(app, terminal_size=SIZE, run_before=on_screen("audit", "a", "d"))
+    assert snap_compare(app, terminal_size=size, run_before=on_screen("audit", "a", "d"))
 
 
-def test_train_snapshot_with_charts_and_alarm(snap_compare):
+@MAIN_SIZES
+def test_train_snapshot_with_charts_and_alarm(snap_compare, size):
     app, _, _ = build_app(Path("."), train=train_script())
-    assert snap_compare(app, terminal_size=SIZE, run_before=on_screen("train", "r"))
+    assert snap_compare(app, terminal_size=size, run_before=on_screen("train", "r"))
 
 
-def test_checkpoints_snapshot(snap_compare):
+@MAIN_SIZES
+def test_train_snapshot_of_a_stored_run(snap_compare, size):
     app, _, _ = build_app(Path("."))
-    assert snap_compare(app, terminal_size=SIZE, run_before=on_screen("checkpoints"))
+    assert snap_compare(app, terminal_size=size, run_before=on_screen("train"))
+
+
+@MAIN_SIZES
+def test_checkpoints_snapshot_with_the_promoted_rows_evidence(snap_compare, size):
+    app, _, _ = build_app(Path("."))
+    assert snap_compare(app, terminal_size=size, run_before=on_screen("checkpoints", "down"))
 
 
 def test_sql_snapshot(snap_compare):

@@ -5,6 +5,7 @@ snapshots do not depend on the clock.
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from textual.worker import WorkerCancelled
@@ -51,8 +52,45 @@ def sample_rows(eval_id: str, buckets: tuple[str, ...] = SAMPLE_BUCKETS) -> list
     return rows
 
 
+# Ids as the engine makes them (Workspace.new_id): long enough to test that nothing cuts them.
+GRPO_RUN = "grpo-20260101-000400-9c1d2e"
+GRPO_CHECKPOINT = f"{GRPO_RUN}/step-00004"
+FAILED_EVAL = "eval-20260101-000500-f41ed0"
+GATE_REASONS = ["held-out success +0.250 (95% interval +0.100 … +0.400, 4 tasks): improves",
+                "unsafe-action rate 0.000 → 0.000: ok", "latency p95 2.50s → 2.40s: ok",
+                "general function calling: not checked (no BFCL gate split available)"]
+GRPO_HELDOUT = {**SFT_METRICS, "heldout_success": 0.75, "execution_success_rate": 0.75}
+
+
+def grpo_step_metrics(step: int) -> dict:
+    return {"reward/mean": 0.2 * step, "reward/valid_json/mean": 0.25 * step, "loss": 1.0 / step,
+            "completion/mean_tokens": 30 + step, "kl": 0.02 * step}
+
+
+def add_grpo_run(data: StoreData) -> None:
+    """A finished GRPO run with four stored steps, rollouts and a promoted checkpoint with its gate record."""
+    data.append("runs", [{"run_id": GRPO_RUN, "kind": "grpo", "status": "finished", "model": "smollm2-135m",
+                          "pack": "workplace-single", "started_at": T0 + 240}])
+    events = [{"run_id": GRPO_RUN, "seq": step - 1, "type": "step_metrics", "ts": T0 + 240 + step,
+               "payload": {"step": step, "metrics": grpo_step_metrics(step)}} for step in range(1, 5)]
+    events.append({"run_id": GRPO_RUN, "seq": 4, "type": "checkpoint_saved", "ts": T0 + 250,
+                   "payload": {"step": 4, "path": f"checkpoints/{GRPO_CHECKPOINT}",
+                               "metrics": {"heldout/heldout_success": 0.75}}})
+    data.append("events", events)
+    data.append("rollouts", [{"run_id": GRPO_RUN, "step": step, "task_id": f"task-{step}", "sample_index": 0,
+                              "completion": '{"name": "email.send"}', "reward": 0.25 * step,
+                              "bucket": "success" if step > 2 else "wrong_tool", "created_at": T0 + 240 + step}
+                             for step in range(1, 5)])
+    record = {"candidate": BASE_METRICS | GRPO_HELDOUT, "baseline": BASE_METRICS, "reasons": GATE_REASONS}
+    data.append("checkpoints", [{"id": GRPO_CHECKPOINT, "run_id": GRPO_RUN, "step": 4,
+                                 "path": f"checkpoints/{GRPO_CHECKPOINT}", "status": "promoted", "promoted": True,
+                                 "metrics": {"heldout": GRPO_HELDOUT}, "note": json.dumps(record),
+                                 "created_at": T0 + 250}])
+
+
 def populate(workspace: Path) -> StoreData:
-    """A workspace with a base eval, an SFT run, its checkpoint and its eval."""
+    """A workspace with a base eval, an SFT run, its checkpoint and its eval, a GRPO run whose checkpoint was
+    promoted, and (newest) a base-model eval that failed."""
     data = StoreData(workspace)
     data.append("runs", [{"run_id": "sft-1", "kind": "sft", "status": "finished", "model": "smollm2-135m",
                           "pack": "workplace-single", "started_at": T0 + 60}])
@@ -68,6 +106,10 @@ def populate(workspace: Path) -> StoreData:
     data.append("checkpoints", [{"id": "sft-1/step-20", "run_id": "sft-1", "step": 20,
                                  "path": "checkpoints/sft-1/step-20", "status": "saved", "promoted": False,
                                  "metrics": {"heldout": SFT_METRICS}, "created_at": T0 + 100}])
+    add_grpo_run(data)
+    data.append("evals", [{"id": FAILED_EVAL, "model": "smollm2-135m", "pack": "workplace-single", "split": "val",
+                           "k": 1, "status": "failed", "metrics": {"error": "CUDA out of memory: lower -k"},
+                           "started_at": T0 + 300}])
     return data
 
 

@@ -20,7 +20,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol, Sequence
 
+from appliance.events import CheckpointSaved, StepMetrics  # dataclasses: no heavy imports
 from appliance.packs.manifest import TRAIN_SPLITS  # a constant: no heavy imports
+from appliance.train.config import STAGES, TrainConfig  # the typed config only
+
+# An eval's status once it ran to the end (appliance/evaluate/storage.py); any other is not finished.
+FINISHED = "finished"
+# The split checkpoint evals use unless a run chose another: the engine's default, not ours.
+HELDOUT_SPLIT = TrainConfig().eval_split
+PROMOTED_FILE = "PROMOTED.json"  # appliance.checkpoints.PROMOTED, next to the run folders
 
 Rows = list[dict[str, Any]]
 
@@ -108,6 +116,36 @@ def recent_evals(data: DataSource, limit: int = 20) -> Rows:
     return rows
 
 
+def is_finished(row: dict[str, Any]) -> bool:
+    return row.get("status") == FINISHED
+
+
+def newest_finished(evals: Rows) -> dict[str, Any] | None:
+    """The first finished eval of a newest-first list, so a failed or running one is never the default."""
+    return next((row for row in evals if is_finished(row)), None)
+
+
+def eval_success(row: dict[str, Any]) -> float | None:
+    """A finished eval's success rate (the column, else its metrics); None for any other eval."""
+    if not is_finished(row):
+        return None
+    value = pick(row, "success_rate", default=as_mapping(row.get("metrics")).get("execution_success_rate"))
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def baseline_evals(data: DataSource, model: str, pack: str) -> dict[str, dict[str, Any]]:
+    """The newest finished eval of the base model (no adapter) on each split of `pack`, by split."""
+    rows = safe_rows(data, "SELECT id AS eval_id, model, pack, split, k, status, success_rate, metrics, started_at "
+                           "FROM evals WHERE coalesce(adapter, '') = '' AND status = ? "
+                           "AND coalesce(model, ?) = ? AND coalesce(pack, ?) = ? "
+                           "ORDER BY started_at DESC NULLS LAST, id DESC", [FINISHED, model, model, pack, pack])
+    found: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        row["metrics"] = as_mapping(row.get("metrics"))
+        found.setdefault(str(row.get("split") or HELDOUT_SPLIT), row)
+    return found
+
+
 def eval_samples(data: DataSource, eval_id: str, bucket: str | None = None) -> Rows:
     """The samples of one eval with `prompt` (from the trajectory), `reason` and `components` filled."""
     sql = ("SELECT eval_id, task_id, sample_index, trajectory, completion, reward, components, bucket, "
@@ -132,12 +170,47 @@ def bucket_counts(data: DataSource, eval_id: str) -> dict[str, int]:
 
 
 def checkpoints(data: DataSource) -> Rows:
-    """Every checkpoint (newest version of each), `metrics` as a dict, in run and step order."""
-    rows = safe_rows(data, "SELECT id, run_id, step, path, status, promoted, metrics, note, created_at "
-                           "FROM checkpoints ORDER BY run_id, step, id")
+    """Every checkpoint (newest version of each), `metrics` as a dict, in run and step order.
+
+    `heldout_split` is the split of its held-out eval (from that eval's row), else the default one."""
+    rows = safe_rows(data, "SELECT c.id, c.run_id, c.step, c.path, c.status, c.promoted, c.metrics, c.note, "
+                           "c.created_at, e.split AS heldout_split FROM checkpoints c LEFT JOIN evals e "
+                           "ON e.id = c.metrics->>'$.heldout.eval_id' ORDER BY c.run_id, c.step, c.id")
     for row in rows:
         row["metrics"] = as_mapping(row.get("metrics"))
+        row["heldout_split"] = row.get("heldout_split") or HELDOUT_SPLIT
     return rows
+
+
+def gate_record(row: dict[str, Any]) -> dict[str, Any]:
+    """The promotion gate's stored decision for a checkpoint row: its reasons and evidence, or {} if never asked.
+
+    A promotion stores the whole record (reasons, baseline and candidate metrics) as the row's note; a refusal
+    stores its reasons joined by '; '. A later version (superseded, rolled back) may replace the note, so the
+    registry's PROMOTED.json history is the fallback for a checkpoint that was once promoted."""
+    for source in (row.get("note"), row.get("metrics")):
+        record = as_mapping(source)
+        if record.get("reasons"):
+            return record
+    record = promoted_history(row)
+    if record:
+        return record
+    if row.get("status") == "refused" and row.get("note"):
+        return {"reasons": str(row["note"]).split("; ")}
+    return {}
+
+
+def promoted_history(row: dict[str, Any]) -> dict[str, Any]:
+    """The evidence of this checkpoint's newest promotion in its registry's PROMOTED.json, or {}."""
+    if not row.get("path"):
+        return {}
+    try:
+        state = json.loads((Path(str(row["path"])).parent.parent / PROMOTED_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    promotions = [entry for entry in state.get("history") or []
+                  if entry.get("action") == "promote" and entry.get("id") == row.get("id")]
+    return as_mapping(promotions[-1].get("evidence")) if promotions else {}
 
 
 def promoted_checkpoint(data: DataSource) -> dict[str, Any] | None:
@@ -161,6 +234,34 @@ def audit_labels(data: DataSource, eval_id: str) -> Rows:
     """Labels in the order they were made, so a later label for the same sample wins."""
     return safe_rows(data, "SELECT task_id, sample_index, label, note FROM audits WHERE eval_id = ? "
                            "ORDER BY created_at", [eval_id])
+
+
+def training_runs(data: DataSource, limit: int = 50) -> Rows:
+    """SFT and GRPO runs, newest first."""
+    marks = ", ".join("?" for _ in STAGES)
+    return safe_rows(data, f"SELECT run_id, kind, status, started_at FROM runs WHERE kind IN ({marks}) "
+                           f"ORDER BY started_at DESC NULLS LAST, run_id DESC LIMIT {int(limit)}", list(STAGES))
+
+
+def run_history(data: DataSource, run_id: str) -> list[tuple[int, dict[str, Any]]]:
+    """A run's stored (step, metrics) in event order: its StepMetrics and CheckpointSaved events, as the
+    live charts received them."""
+    rows = safe_rows(data, "SELECT payload FROM events WHERE run_id = ? AND type IN (?, ?) ORDER BY seq",
+                     [run_id, StepMetrics.type, CheckpointSaved.type])
+    history = []
+    for row in rows:
+        payload = as_mapping(row.get("payload"))
+        if isinstance(payload.get("step"), int):
+            history.append((payload["step"], as_mapping(payload.get("metrics"))))
+    return history
+
+
+def run_rollouts(data: DataSource, run_id: str, limit: int = 100) -> Rows:
+    """A run's latest scored rollouts, oldest first (the order the live stream received them)."""
+    rows = safe_rows(data, "SELECT step, task_id, sample_index, completion, reward, bucket, v_reason AS reason "
+                           "FROM rollouts WHERE run_id = ? ORDER BY step DESC, created_at DESC "
+                           f"LIMIT {int(limit)}", [run_id])
+    return rows[::-1]
 
 
 # --- packs and the host -----------------------------------------------------------

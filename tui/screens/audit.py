@@ -4,7 +4,8 @@
 recording, agreement and export are the engine's own (appliance.audit, the
 same functions `appliance audit` uses); this screen only steps through the
 sample. Each label is stored as it is made, so an audit can stop and resume,
-and the newest label for a sample wins.
+and the newest label for a sample wins. The eval list shows each eval's status
+and success; it opens on the newest finished eval, never on a failed one.
 """
 from __future__ import annotations
 
@@ -21,9 +22,10 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, Label, Select, Static
 
 from appliance import audit
-from tui.data import audit_labels, pick, recent_evals
+from tui.data import audit_labels, is_finished, newest_finished, pick, recent_evals
 from tui.widgets.nav_bar import NavBar
 from tui.widgets.sample_view import SampleView
+from tui.widgets.status import eval_options
 
 DEFAULT_AUDIT_SIZE = 64
 AUDITOR = "tui"
@@ -44,9 +46,9 @@ class AuditScreen(Screen):
     ]
 
     class EvalsLoaded(Message):
-        def __init__(self, eval_ids: list[str]) -> None:
+        def __init__(self, evals: list[dict]) -> None:
             super().__init__()
-            self.eval_ids = eval_ids
+            self.evals = evals
 
     class Loaded(Message):
         def __init__(self, eval_id: str, samples: list[dict], labels: list[dict]) -> None:
@@ -61,6 +63,7 @@ class AuditScreen(Screen):
     def __init__(self) -> None:
         super().__init__()
         self.eval_id = ""
+        self.evals: dict[str, dict[str, Any]] = {}
         self.samples: list[dict[str, Any]] = []
         self.labels: dict[tuple[str, int], dict[str, Any]] = {}
         self.position = 0
@@ -80,7 +83,7 @@ class AuditScreen(Screen):
             with Vertical(id="audit-right", classes="panel") as right:
                 right.border_title = "Agreement"
                 yield DataTable(id="agreement", cursor_type="none")
-        yield Footer()
+        yield Footer(compact=True)
 
     def on_mount(self) -> None:
         self.query_one("#agreement", DataTable).add_columns("bucket", "n", "agree", "rate")
@@ -93,18 +96,19 @@ class AuditScreen(Screen):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="audit-evals")
     def load_evals(self) -> None:
-        evals = recent_evals(self.app.data)
-        self.post_message(self.EvalsLoaded([str(pick(r, "eval_id", default="?")) for r in evals]))
+        self.post_message(self.EvalsLoaded(recent_evals(self.app.data)))
 
     @on(EvalsLoaded)
     def _evals_loaded(self, message: EvalsLoaded) -> None:
+        self.evals = {str(pick(r, "eval_id", default="?")): r for r in message.evals}
         select = self.query_one("#audit-eval", Select)
         current = select.value
-        select.set_options([(e, e) for e in message.eval_ids])
-        if current in message.eval_ids:
+        select.set_options(eval_options(message.evals))
+        newest = newest_finished(message.evals)
+        if current in self.evals:
             select.value = current
-        elif message.eval_ids:
-            select.value = message.eval_ids[0]
+        elif newest is not None:
+            select.value = str(newest["eval_id"])
 
     @on(Select.Changed, "#audit-eval")
     @on(Input.Submitted, "#audit-n")
@@ -199,8 +203,10 @@ class AuditScreen(Screen):
 
     def _show(self) -> None:
         position = self.query_one("#audit-position", Static)
+        row = self.evals.get(self.eval_id, {})
+        unfinished = "" if not row or is_finished(row) else f"[b red]{row.get('status')}[/] eval · "
         if not self.samples:
-            position.update("this eval has no samples in the store")
+            position.update(f"{unfinished}this eval has no samples in the store")
             self.query_one(SampleView).show(None)
             return
         sample = self.samples[self.position]
@@ -208,5 +214,6 @@ class AuditScreen(Screen):
         done = sum(1 for s in self.samples if self.labels.get(sample_key(s), {}).get("label"))
         mark = {"agree": "[green]agree[/]", "disagree": "[red]disagree[/]"}.get(label.get("label"), "unlabelled")
         note = f" · note: {escape(label['note'])}" if label.get("note") else ""
-        position.update(f"sample {self.position + 1}/{len(self.samples)} · labelled {done} · {mark}{note}")
+        position.update(f"{unfinished}sample {self.position + 1}/{len(self.samples)} · labelled {done} · "
+                        f"{mark}{note}")
         self.query_one(SampleView).show(sample)

@@ -1,4 +1,7 @@
-"""Evaluate: run an eval, read its metrics, failure buckets and recommendation, browse samples, compare."""
+"""Evaluate: run an eval, read its metrics, failure buckets and recommendation, browse samples, compare.
+
+The picker chooses which stored eval the Metrics and Samples tabs show; it opens on the newest finished
+one, so a failed or running eval is shown only when asked for, and then reads as failed or running."""
 from __future__ import annotations
 
 from dataclasses import fields
@@ -17,16 +20,20 @@ from textual.widgets import (Button, DataTable, Footer, Input, Label, ProgressBa
 from appliance.evaluate.runner import EvalSettings
 from appliance.events import EvalFinished, Progress, RunFailed, RunStarted
 from appliance.task import BUCKETS
-from tui.data import as_mapping, bucket_counts, eval_samples, pack_splits, pick, recent_evals
+from tui.data import (as_mapping, bucket_counts, eval_samples, is_finished, newest_finished, pack_splits, pick,
+                      recent_evals)
 from tui.engine import EngineEvent, EngineExited
 from tui.widgets.bucket_chart import BucketChart
 from tui.widgets.metric_table import MetricTable, format_metric, metric_value
 from tui.widgets.nav_bar import NavBar
 from tui.widgets.sample_view import SampleView
+from tui.widgets.status import eval_options
 
 # What `appliance eval` does when a flag is absent, and each setting's help text: the engine's, not ours.
 EVAL_DEFAULTS = EvalSettings()
 EVAL_HELP = {f.name: f.metadata.get("help", "") for f in fields(EvalSettings)}
+# (key, tab id, title): every tab has a key, shown in the footer.
+TABS = (("m", "tab-metrics", "Metrics"), ("v", "tab-samples", "Samples"), ("c", "tab-compare", "Compare"))
 
 
 def metrics_of(row: dict[str, Any]) -> dict[str, Any]:
@@ -51,6 +58,16 @@ def recommendation_text(recommendation: str, metrics: dict[str, Any]) -> str:
                             ("pass@k", ("pass@k",)))
     )
     return f"[b]Recommendation:[/] [b $accent]{action.upper()}[/]  {numbers}\n{escape(reason)}"
+
+
+def status_note(row: dict[str, Any]) -> str:
+    """For an eval that did not finish: its status and why, in place of a recommendation; '' when finished."""
+    if not row or is_finished(row):
+        return ""
+    status = str(row.get("status") or "unknown")
+    error = as_mapping(row.get("metrics")).get("error")
+    why = f": {escape(str(error))}" if error else (" — its numbers are not final" if status != "failed" else "")
+    return f"[b red]{status.upper()}[/] — this eval did not finish{why}"
 
 
 def default_split(splits: list[str]) -> str:
@@ -80,9 +97,11 @@ def eval_args(app: Any, split: str, k: str, limit: str, adapter: str) -> list[st
 
 class EvaluateScreen(Screen):
     BINDINGS = [
-        Binding("r", "run_eval", "Run eval"),
+        Binding("r", "run_eval", "Run"),
         Binding("s", "stop", "Stop"),
-        Binding("ctrl+r", "refresh", "Refresh"),
+        Binding("e", "pick_eval", "Eval"),
+        *(Binding(key, f"show_tab('{tab}')", title) for key, tab, title in TABS),
+        Binding("ctrl+r", "refresh", "Refresh", show=False),
     ]
 
     class EvalsLoaded(Message):
@@ -121,29 +140,33 @@ class EvaluateScreen(Screen):
             yield Label("adapter")
             yield Input("", id="adapter", compact=True, placeholder="base model")
             yield Button("Run", id="run", compact=True, variant="primary")
+        with Horizontal(id="eval-pick-row", classes="form-row"):
+            yield Label("eval")
+            yield Select([], prompt="choose a stored eval", id="eval-pick", compact=True)
         with Horizontal(id="eval-progress-row"):
             yield ProgressBar(total=1, id="eval-progress", show_eta=False)  # a still bar until a run starts
             yield Static("idle", id="eval-status", classes="muted")
         with TabbedContent(id="eval-tabs"):
-            with TabPane("Metrics", id="tab-metrics"):
+            with TabPane(TABS[0][2], id=TABS[0][1]):
                 with Horizontal():
                     yield MetricTable(id="metrics")
                     yield BucketChart(id="buckets")
                 yield Static(recommendation_text("", {}), id="recommendation")
-            with TabPane("Samples", id="tab-samples"):
+            with TabPane(TABS[1][2], id=TABS[1][1]):
                 with Horizontal():
                     with Vertical(id="sample-list"):
                         yield Select([(b, b) for b in BUCKETS], prompt="all buckets", id="bucket-filter",
                                      compact=True)
                         yield DataTable(id="samples", cursor_type="row", zebra_stripes=True)
                     yield SampleView(id="sample-view")
-            with TabPane("Compare", id="tab-compare"):
-                with Horizontal(classes="form-row"):
-                    yield Select([], prompt="eval A", id="compare-a", compact=True)
-                    yield Select([], prompt="eval B", id="compare-b", compact=True)
+            with TabPane(TABS[2][2], id=TABS[2][1]):
+                for side in ("a", "b"):
+                    with Horizontal(classes="form-row"):
+                        yield Label(side.upper())
+                        yield Select([], prompt=f"eval {side.upper()}", id=f"compare-{side}", compact=True)
                 yield Static("choose two evals", id="compare-success", classes="muted")
                 yield MetricTable(id="compare")
-        yield Footer()
+        yield Footer(compact=True)
 
     def on_mount(self) -> None:
         self.query_one("#samples", DataTable).add_columns("task", "#", "bucket", "reward")
@@ -166,6 +189,14 @@ class EvaluateScreen(Screen):
 
     async def action_stop(self) -> None:
         await self.app.stop_job()
+
+    def action_show_tab(self, tab: str) -> None:
+        self.query_one("#eval-tabs", TabbedContent).active = tab
+
+    def action_pick_eval(self) -> None:
+        picker = self.query_one("#eval-pick", Select)
+        picker.focus()
+        picker.expanded = True
 
     @on(Button.Pressed, "#run")
     def _run_pressed(self) -> None:
@@ -192,15 +223,20 @@ class EvaluateScreen(Screen):
         if message.code != 0:
             self.query_one("#eval-status", Static).update(f"[red]engine exited with {message.code}[/]")
 
-    def show_eval(self, eval_id: str, metrics: dict[str, Any], recommendation: str) -> None:
+    def show_eval(self, eval_id: str, metrics: dict[str, Any], recommendation: str, note: str = "") -> None:
+        """Show one eval; `note` (its status, when it did not finish) replaces the recommendation."""
         self.eval_id = eval_id
         self.query_one("#metrics", MetricTable).show((eval_id or "eval", metrics))
-        self.query_one("#recommendation", Static).update(recommendation_text(recommendation, metrics))
+        self.query_one("#recommendation", Static).update(note or recommendation_text(recommendation, metrics))
         buckets = metrics.get("buckets") or metrics.get("bucket_counts")
-        if isinstance(buckets, dict):
-            self.query_one("#buckets", BucketChart).show(buckets)
+        self.query_one("#buckets", BucketChart).show(buckets if isinstance(buckets, dict) else {})
         if eval_id:
             self.load_samples(eval_id)
+
+    def show_stored(self, eval_id: str) -> None:
+        row = self.evals[eval_id]
+        metrics = metrics_of(row)
+        self.show_eval(eval_id, metrics, stored_recommendation(metrics), status_note(row))
 
     # --- store reads ---------------------------------------------------------------
 
@@ -231,17 +267,23 @@ class EvaluateScreen(Screen):
     @on(EvalsLoaded)
     def _evals_loaded(self, message: EvalsLoaded) -> None:
         self.evals = {str(pick(r, "eval_id", default="?")): r for r in message.evals}
-        options = [(eval_id, eval_id) for eval_id in self.evals]
+        options = eval_options(message.evals)
         for selector in ("#compare-a", "#compare-b"):
             select = self.query_one(selector, Select)
             current = select.value
             select.set_options(options)
             if current in self.evals:
                 select.value = current
-        if not self.eval_id and message.evals:
-            latest = message.evals[0]
-            metrics = metrics_of(latest)
-            self.show_eval(str(latest.get("eval_id", "")), metrics, stored_recommendation(metrics))
+        picker = self.query_one("#eval-pick", Select)
+        picker.set_options(options)
+        chosen = self.eval_id or str(pick(newest_finished(message.evals) or {}, "eval_id", default=""))
+        if chosen in self.evals:
+            picker.value = chosen  # the Changed handler shows it
+
+    @on(Select.Changed, "#eval-pick")
+    def _eval_picked(self, event: Select.Changed) -> None:
+        if event.value in self.evals:
+            self.show_stored(str(event.value))
 
     @on(SamplesLoaded)
     def _samples_loaded(self, message: SamplesLoaded) -> None:

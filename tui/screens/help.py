@@ -14,11 +14,11 @@ HELP = """\
 
 | Screen | What it is for | Keys |
 |---|---|---|
-| 1 Home | pack, model, backend, hardware, recent runs and evals | **e** evaluate · **t** train · **r** refresh |
-| 2 Evaluate | baseline and checkpoint evals: metrics, failure buckets, recommendation, samples, compare | **r** run · **s** stop |
-| 3 Audit | judge the verifier on a fixed sample | **a** agree · **d** disagree · **n** note · **j/k** next/prev · **x** export disagreements |
-| 4 Train | SFT or GRPO with live charts, rollouts and alarms | **r** start · **s** stop (saves a checkpoint) · **u** resume · **c** clear alarms |
-| 5 Checkpoints | lineage against the baseline | **p** promote · **b** roll back · **x** export merged |
+| 1 Home | pack, model, backend, hardware, recent runs and evals (status, success) | **e** evaluate · **t** train · **r** refresh |
+| 2 Evaluate | baseline and checkpoint evals: metrics, failure buckets, recommendation, samples, compare | **r** run · **s** stop · **e** choose the eval shown · **m** metrics · **v** samples · **c** compare · **ctrl+r** refresh |
+| 3 Audit | judge the verifier on a fixed sample of a finished eval | **a** agree · **d** disagree · **n** note · **j/k** next/prev · **x** export disagreements |
+| 4 Train | SFT or GRPO with live charts, rollouts and alarms; past runs' charts from the store | **r** start · **s** stop (saves a checkpoint) · **u** resume · **c** clear alarms · **v** view a stored run |
+| 5 Checkpoints | lineage against the baseline eval; the selected row's gate evidence | **p** promote · **b** roll back · **x** export merged · **y** copy path · **r** refresh |
 | 6 SQL | query the run store | **ctrl+r** run · **ctrl+s** save · **ctrl+o** export CSV · **tab** leaves the editor |
 
 Only one engine job runs at a time (one GPU). Engine errors appear as notifications;

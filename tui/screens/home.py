@@ -11,14 +11,16 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Label, Select, Static
 
-from tui.data import as_mapping, pick, promoted_checkpoint, recent_evals, recent_runs, when
+from tui.data import pick, promoted_checkpoint, recent_evals, recent_runs, when
 from tui.widgets.hardware_panel import HardwarePanel
 from tui.widgets.nav_bar import NavBar
+from tui.widgets.status import adapter_name, status_text, success_text
 from tui.widgets.tables import fill_table
 
 BACKENDS = ("auto", "hf", "vllm")
-RUN_COLUMNS = ("run", "kind", "status", "started")
-EVAL_COLUMNS = ("eval", "model", "adapter", "split", "pass@1")
+# The key columns (id, status, success) come first, so a narrow terminal cuts only the details.
+RUN_COLUMNS = ("run", "status", "kind", "started")
+EVAL_COLUMNS = ("eval", "status", "success", "split", "adapter")
 
 
 def backend_reason(report: dict[str, Any]) -> str:
@@ -28,10 +30,14 @@ def backend_reason(report: dict[str, Any]) -> str:
     return "\n".join(lines) or "auto picks vLLM when a GPU and vLLM are present, else Hugging Face."
 
 
-def eval_headline(row: dict[str, Any]) -> str:
-    """pass@1 (or success rate) of an eval row, from a column or its metrics JSON."""
-    value = pick(as_mapping(row.get("metrics")), "pass@1", default=row.get("success_rate"))
-    return f"{value:.2f}" if isinstance(value, (int, float)) else "—"
+def run_cells(row: dict[str, Any]) -> tuple:
+    return (pick(row, "run_id", default="?"), status_text(row.get("status")), pick(row, "kind", default=""),
+            when(row.get("started_at")))
+
+
+def eval_cells(row: dict[str, Any]) -> tuple:
+    return (pick(row, "eval_id", default="?"), status_text(row.get("status")), success_text(row),
+            pick(row, "split", default=""), adapter_name(row.get("adapter")))
 
 
 class HomeScreen(Screen):
@@ -68,7 +74,7 @@ class HomeScreen(Screen):
             hardware = HardwarePanel(id="hardware", classes="panel")
             hardware.border_title = "Hardware"
             yield hardware
-        with Horizontal(id="home-tables"):
+        with Vertical(id="home-tables"):
             with Vertical(classes="panel") as runs:
                 runs.border_title = "Recent runs"
                 yield DataTable(id="runs", cursor_type="row", zebra_stripes=True)
@@ -78,7 +84,7 @@ class HomeScreen(Screen):
                 yield DataTable(id="evals", cursor_type="row", zebra_stripes=True)
                 yield Static("no evals yet — press [b]e[/] to evaluate the base model", id="evals-empty",
                              classes="empty")
-        yield Footer()
+        yield Footer(compact=True)
 
     @staticmethod
     def _choice(title: str, name: str, options: Any, value: str) -> ComposeResult:
@@ -124,14 +130,9 @@ class HomeScreen(Screen):
     @on(Loaded)
     def _loaded(self, message: Loaded) -> None:
         runs = self.query_one("#runs", DataTable)
-        fill_table(runs, RUN_COLUMNS, [(pick(row, "run_id", default="?"), pick(row, "kind", default=""),
-                                        pick(row, "status", default=""), when(row.get("started_at")))
-                                       for row in message.runs])
+        fill_table(runs, RUN_COLUMNS, [run_cells(row) for row in message.runs])
         evals = self.query_one("#evals", DataTable)
-        fill_table(evals, EVAL_COLUMNS, [(pick(row, "eval_id", default="?"), pick(row, "model", default=""),
-                                          pick(row, "adapter", default="base") or "base",
-                                          pick(row, "split", default=""), eval_headline(row))
-                                         for row in message.evals])
+        fill_table(evals, EVAL_COLUMNS, [eval_cells(row) for row in message.evals])
         self.query_one("#runs-empty").display = not message.runs
         runs.display = bool(message.runs)
         self.query_one("#evals-empty").display = not message.evals

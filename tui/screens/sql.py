@@ -45,7 +45,7 @@ BUILT_IN_QUERIES: dict[str, str] = {
         "FROM rollouts\nGROUP BY 1\nORDER BY 1"
     ),
     "eval summary": (
-        "SELECT id, adapter, split, k, n_samples, round(success_rate, 3) AS success,\n"
+        "SELECT id, status, adapter, split, k, n_samples, round(success_rate, 3) AS success,\n"
         "       metrics->>'$.recommendation.action' AS next\nFROM evals\nORDER BY started_at DESC"
     ),
 }
@@ -95,7 +95,7 @@ class SqlScreen(Screen):
         yield Static("ctrl+r runs the query · the store can be read while a run trains", id="sql-status",
                      classes="muted")
         yield DataTable(id="results", zebra_stripes=True)
-        yield Footer()
+        yield Footer(compact=True)
 
     def on_mount(self) -> None:
         self.query_one("#save-name").display = False

@@ -8,11 +8,17 @@ promoted adapter) when the store has one; an empty field is the base model.
 Charts come from StepMetrics, the rollout stream from RolloutScored, the red
 banner from Alarm. `s` sends SIGINT through the engine client; the engine saves
 a checkpoint before it exits, and `u` resumes the last run from it.
+
+The run picker above the charts shows the live run (blank) or any stored SFT
+or GRPO run: its curves load from the step metrics the store recorded, its
+rollouts from the rollouts table. With no live run it opens on the newest one.
 """
 from __future__ import annotations
 
+from collections import deque
 from typing import Any, NamedTuple
 
+from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -26,11 +32,12 @@ from appliance.events import (Alarm, CheckpointSaved, RolloutScored, RunFailed, 
 from appliance.cli import train_flag
 from appliance.train.config import STAGES, TrainConfig, field_help
 from appliance.train.presets import PRESETS
-from tui.data import init_adapter_default
+from tui.data import init_adapter_default, run_history, run_rollouts, training_runs
 from tui.engine import EngineEvent, EngineExited
 from tui.widgets.alarm_banner import AlarmBanner
 from tui.widgets.nav_bar import NavBar
-from tui.widgets.rollout_stream import RolloutStream
+from tui.widgets.rollout_stream import MAX_ROWS, RolloutStream, rollout_from_row
+from tui.widgets.status import status_text
 from tui.widgets.train_charts import TrainCharts, step_time_line
 
 
@@ -97,6 +104,7 @@ class TrainScreen(Screen):
         Binding("s", "stop", "Stop"),
         Binding("u", "resume", "Resume"),
         Binding("c", "clear_alarms", "Clear alarms"),
+        Binding("v", "pick_run", "View run"),
     ]
 
     class StartFound(Message):
@@ -106,9 +114,25 @@ class TrainScreen(Screen):
             super().__init__()
             self.adapter = adapter
 
+    class RunsLoaded(Message):
+        def __init__(self, runs: list[dict]) -> None:
+            super().__init__()
+            self.runs = runs
+
+    class HistoryLoaded(Message):
+        """A stored run's step metrics and latest rollouts."""
+
+        def __init__(self, run_id: str, history: list[tuple[int, dict]], rollouts: list[RolloutScored]) -> None:
+            super().__init__()
+            self.run_id, self.history, self.rollouts = run_id, history, rollouts
+
     def __init__(self) -> None:
         super().__init__()
         self.run_id = ""
+        self.runs: dict[str, dict[str, Any]] = {}
+        # The live run's points and rollouts, kept while a stored run is on view.
+        self.live: list[tuple[int, dict[str, Any]]] = []
+        self.live_rollouts: deque[RolloutScored] = deque(maxlen=MAX_ROWS)
         self.grpo_start = ""
         # The default each field shows now: a field still holding it follows the kind; an edited one stays.
         self.shown_defaults = {**knob_defaults(DEFAULT_KIND), "init-adapter": ""}
@@ -133,10 +157,13 @@ class TrainScreen(Screen):
                                        Input("", id="resume", compact=True, placeholder="run id"))
                 yield Button("Start (r)", id="start", compact=True, variant="primary")
             with Vertical(id="train-main"):
+                with Horizontal(id="train-run-row", classes="form-row"):
+                    yield Label("run")
+                    yield Select([], prompt="live run", id="train-run", compact=True)
                 yield TrainCharts(id="charts")
                 yield Static("no run yet — press r to start one", id="step-time", classes="muted")
                 yield RolloutStream(id="rollouts")
-        yield Footer()
+        yield Footer(compact=True)
 
     @staticmethod
     def _field(label: str, config_field: str, widget: Input | Select) -> ComposeResult:
@@ -148,6 +175,61 @@ class TrainScreen(Screen):
 
     def on_screen_resume(self) -> None:
         self.find_grpo_start()  # each visit: a run may have saved an SFT checkpoint since the last
+        self.load_runs()
+
+    # --- stored runs -----------------------------------------------------------------------
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="train-runs")
+    def load_runs(self) -> None:
+        self.post_message(self.RunsLoaded(training_runs(self.app.data)))
+
+    @on(RunsLoaded)
+    def _runs_loaded(self, message: RunsLoaded) -> None:
+        self.runs = {str(row["run_id"]): row for row in message.runs}
+        picker = self.query_one("#train-run", Select)
+        current = picker.value
+        picker.set_options([(Text.assemble(run_id, "  ", status_text(row.get("status")),
+                                           f"  {row.get('kind') or ''}"), run_id)
+                            for run_id, row in self.runs.items()])
+        if current in self.runs:
+            picker.value = current
+        elif not self.app.job and not self.live and self.runs:
+            picker.value = next(iter(self.runs))  # idle: the newest stored run, not empty charts
+
+    def action_pick_run(self) -> None:
+        picker = self.query_one("#train-run", Select)
+        picker.focus()
+        picker.expanded = True
+
+    def showing_live(self) -> bool:
+        return self.query_one("#train-run", Select).value is Select.NULL
+
+    @on(Select.Changed, "#train-run")
+    def _run_picked(self, event: Select.Changed) -> None:
+        if event.value is Select.NULL:
+            self.query_one(TrainCharts).load(self.live)
+            self.query_one(RolloutStream).replace(self.live_rollouts)
+        elif event.value in self.runs:
+            self.query_one("#step-time", Static).update(f"loading {event.value} from the store…")
+            self.load_history(str(event.value))
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="train-history")
+    def load_history(self, run_id: str) -> None:
+        data = self.app.data
+        rollouts = [rollout_from_row(run_id, row) for row in run_rollouts(data, run_id)]
+        self.post_message(self.HistoryLoaded(run_id, run_history(data, run_id), rollouts))
+
+    @on(HistoryLoaded)
+    def _history_loaded(self, message: HistoryLoaded) -> None:
+        if self.query_one("#train-run", Select).value != message.run_id:
+            return  # another run was chosen meanwhile
+        self.query_one(TrainCharts).load(message.history)
+        self.query_one(RolloutStream).replace(message.rollouts)
+        row = self.runs.get(message.run_id, {})
+        steps = len({step for step, _ in message.history})
+        self.query_one("#step-time", Static).update(
+            f"stored {row.get('kind', '')} run, {row.get('status', '?')}: "
+            + (f"{steps} steps" if steps else "no step metrics stored"))
 
     # --- defaults --------------------------------------------------------------------------
 
@@ -190,7 +272,10 @@ class TrainScreen(Screen):
         init_adapter = self.query_one("#init-adapter", Input).value.strip()
         if self.app.start_job(f"train {kind}", train_args(self.app, kind, preset, knobs, resume, init_adapter),
                               self):
+            self.live, self.live_rollouts = [], deque(maxlen=MAX_ROWS)
+            self.query_one("#train-run", Select).clear()  # back to the live run (the Changed handler redraws)
             self.query_one(TrainCharts).reset()
+            self.query_one(RolloutStream).replace([])
             self.query_one("#step-time", Static).update("starting the engine…")
 
     async def action_stop(self) -> None:
@@ -215,19 +300,25 @@ class TrainScreen(Screen):
     @on(EngineEvent)
     def _engine_event(self, message: EngineEvent) -> None:
         event = message.event
+        live = self.showing_live()
         status = self.query_one("#step-time", Static)
+        if isinstance(event, (StepMetrics, CheckpointSaved)):
+            self.live.append((event.step, event.metrics))  # a checkpoint brings the held-out success
+            if live:
+                self.query_one(TrainCharts).add(event.step, event.metrics)
         if isinstance(event, StepMetrics):
-            self.query_one(TrainCharts).add(event.step, event.metrics)
-            status.update(step_time_line(event.step, event.metrics))
+            if live:
+                status.update(step_time_line(event.step, event.metrics))
         elif isinstance(event, RolloutScored):
-            self.query_one(RolloutStream).add(event)
+            self.live_rollouts.append(event)
+            if live:
+                self.query_one(RolloutStream).add(event)
         elif isinstance(event, Alarm):
             self.query_one(AlarmBanner).raise_alarm(event)
         elif isinstance(event, RunStarted):
             self.run_id = event.run_id
             status.update(f"run {event.run_id} started")
         elif isinstance(event, CheckpointSaved):
-            self.query_one(TrainCharts).add(event.step, event.metrics)  # held-out success arrives here
             self.notify(f"Checkpoint saved at step {event.step}: {event.path}")
         elif isinstance(event, RunFinished):
             status.update(f"run {event.run_id} finished")

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from collections import deque
-from typing import Any
+from typing import Any, Iterable
 
 from rich.text import Text
 from textual.widgets import DataTable
@@ -17,6 +17,14 @@ def one_line(text: str, width: int = 60) -> str:
     return flat if len(flat) <= width else flat[: width - 1] + "…"
 
 
+def rollout_from_row(run_id: str, row: dict[str, Any]) -> RolloutScored:
+    """A stored rollouts row as the event the live stream would have received."""
+    return RolloutScored(run_id=run_id, step=int(row.get("step") or 0), task_id=str(row.get("task_id") or ""),
+                         sample_index=int(row.get("sample_index") or 0), completion=str(row.get("completion") or ""),
+                         reward=float(row.get("reward") or 0.0), bucket=str(row.get("bucket") or ""),
+                         reason=str(row.get("reason") or ""))
+
+
 class RolloutStream(DataTable):
     """`add(event)` puts a RolloutScored on top, keeping the latest MAX_ROWS."""
 
@@ -29,6 +37,14 @@ class RolloutStream(DataTable):
 
     def add(self, event: RolloutScored) -> None:
         self.rollouts.append(event)
+        self._draw()
+
+    def replace(self, events: Iterable[RolloutScored]) -> None:
+        """Show these rollouts (oldest first) instead: a stored run's, or the live run's again."""
+        self.rollouts = deque(events, maxlen=MAX_ROWS)
+        self._draw()
+
+    def _draw(self) -> None:
         # Rebuilt rather than inserted: DataTable only appends, and 100 rows redraw quickly.
         self.clear()
         for rollout in reversed(self.rollouts):

@@ -1,12 +1,13 @@
-"""Live training charts from StepMetrics: reward by component, held-out success, length, KL.
+"""Training charts from StepMetrics: reward by component, held-out success, length, loss and KL.
 
 Metric names follow the engine's StepMetrics keys; a few TRL spellings are
 accepted too, so the charts read either. Held-out success is sparse (every
-`--eval-every` steps), so each series keeps its own steps.
+`--eval-every` steps), so each series keeps its own steps. `add` takes a live
+run's points one by one; `load` draws a stored run's whole history at once.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterable
 
 from textual.app import ComposeResult
 from textual.containers import Grid
@@ -16,13 +17,14 @@ CHARTS = (
     ("reward", "train reward by component"),
     ("heldout", "held-out success"),
     ("length", "completion length"),
-    ("kl", "KL"),
+    ("loss", "loss · KL"),  # SFT has a loss and no KL; GRPO both
 )
 # CheckpointSaved.metrics carries the held-out eval as heldout/<metric>.
 HELDOUT_KEYS = ("heldout/heldout_success", "heldout/success_rate", "heldout/execution_success_rate",
                 "heldout/success")
 LENGTH_KEYS = ("completion/mean_tokens", "completions/mean_length")
-KL_KEYS = ("kl",)
+# (series, keys) of the loss chart.
+LOSS_SERIES = (("loss", ("loss",)), ("kl", ("kl",)))
 GENERATION_TIME_KEYS = ("time/generate_s",)
 UPDATE_TIME_KEYS = ("time/update_s",)
 
@@ -47,11 +49,13 @@ def reward_components(metrics: dict[str, Any]) -> dict[str, float]:
 
 def chart_points(metrics: dict[str, Any]) -> dict[str, dict[str, float]]:
     """The values one StepMetrics adds to each chart, by series name."""
-    points = {"reward": reward_components(metrics), "heldout": {}, "length": {}, "kl": {}}
-    for chart, keys in (("heldout", HELDOUT_KEYS), ("length", LENGTH_KEYS), ("kl", KL_KEYS)):
+    points: dict[str, dict[str, float]] = {"reward": reward_components(metrics), "heldout": {}, "length": {},
+                                           "loss": {}}
+    for chart, series, keys in (("heldout", "heldout", HELDOUT_KEYS), ("length", "length", LENGTH_KEYS),
+                                *(("loss", name, keys) for name, keys in LOSS_SERIES)):
         value = first(metrics, keys)
         if value is not None:
-            points[chart][chart] = value
+            points[chart][series] = value
     return points
 
 
@@ -77,16 +81,29 @@ class TrainCharts(Grid):
             yield plot
 
     def add(self, step: int, metrics: dict[str, Any]) -> None:
+        for chart in self._record(step, metrics):
+            self._draw(chart)
+
+    def load(self, history: Iterable[tuple[int, dict[str, Any]]]) -> None:
+        """Replace every series with a whole run's (step, metrics), in order."""
+        self.history = {name: {} for name, _ in CHARTS}
+        for step, metrics in history:
+            self._record(step, metrics)
+        for name, _ in CHARTS:
+            self._draw(name)
+
+    def reset(self) -> None:
+        self.load([])
+
+    def _record(self, step: int, metrics: dict[str, Any]) -> list[str]:
+        """Append one step's points; return the charts that got one."""
+        touched = []
         for chart, values in chart_points(metrics).items():
             for series, value in values.items():
                 self.history[chart].setdefault(series, []).append((step, value))
             if values:
-                self._draw(chart)
-
-    def reset(self) -> None:
-        self.history = {name: {} for name, _ in CHARTS}
-        for name, _ in CHARTS:
-            self._draw(name)
+                touched.append(chart)
+        return touched
 
     def _draw(self, chart: str) -> None:
         plot = self.query_one(f"#chart-{chart}", PlotextPlot)
@@ -96,6 +113,6 @@ class TrainCharts(Grid):
         plt.title(dict(CHARTS)[chart])
         for series, points in self.history[chart].items():
             steps, values = zip(*points)
-            label = series if chart == "reward" else None
+            label = series if chart in ("reward", "loss") else None
             plt.plot(list(steps), list(values), label=label, marker="braille")
         plot.refresh()
