@@ -97,13 +97,15 @@ def _atomic_write_json(path: Path, obj: Any) -> None:
 def save_checkpoint(root: str | Path, adapter_src: str | Path, manifest: dict[str, Any]) -> Checkpoint:
     """Copy a PEFT adapter folder into the registry with its manifest, atomically.
 
-    `manifest` needs run_id and step; created_at is filled in. Saving the same
-    step again (a resumed run re-reaching it) replaces the old folder.
+    `manifest` needs run_id and step; created_at is filled in, in the caller's dict too, so a caller
+    that rewrites the manifest later (with its held-out eval) keeps it. Saving the same step again
+    (a resumed run re-reaching it) replaces the old folder.
     """
     missing = [f for f in ADAPTER_FILES if not (Path(adapter_src) / f).is_file()]
     if missing:
         raise ApplianceError(f"{adapter_src} is not a PEFT adapter folder (missing {', '.join(missing)}).")
-    manifest = {"created_at": time.time(), **manifest}
+    manifest.setdefault("created_at", time.time())
+    manifest = dict(manifest)
     target = checkpoint_dir(root, manifest["run_id"], int(manifest["step"]))
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
@@ -159,7 +161,13 @@ def list_checkpoints(root: str | Path = "checkpoints", run_id: str | None = None
         for folder in sorted(run.glob("step-*")):
             if (folder / MANIFEST).is_file():
                 found.append(load_checkpoint(folder))
-    return sorted(found, key=lambda c: (c.manifest.get("created_at", 0), c.id))
+    return sorted(found, key=lambda c: (_created_at(c), c.id))
+
+
+def _created_at(ckpt: Checkpoint) -> float:
+    """When a checkpoint was saved: its manifest says; one written without created_at has its file's time."""
+    stamp = ckpt.manifest.get("created_at")
+    return float(stamp) if isinstance(stamp, (int, float)) else (ckpt.path / MANIFEST).stat().st_mtime
 
 
 def resolve_checkpoint(spec: str | Path, root: str | Path = "checkpoints") -> Path:
@@ -179,18 +187,19 @@ def latest_checkpoint(root: str | Path, run_id: str) -> Checkpoint | None:
     return max(found, key=lambda c: c.step) if found else None
 
 
-def _flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(obj, dict):
+def flatten_fields(obj: Any, prefix: str = "") -> dict[str, Any]:
+    """Nested dicts as one level of dotted names: {"a": {"b": 1}} -> {"a.b": 1}; an empty dict is a value."""
+    if isinstance(obj, dict) and (obj or not prefix):
         flat: dict[str, Any] = {}
         for key, value in obj.items():
-            flat.update(_flatten(value, f"{prefix}{key}."))
+            flat.update(flatten_fields(value, f"{prefix}{key}."))
         return flat
     return {prefix[:-1]: obj}
 
 
 def diff_manifests(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
     """Changed leaf fields between two manifests: [{"field": "metrics.success_rate", "a": .., "b": ..}]."""
-    flat_a, flat_b = _flatten(a), _flatten(b)
+    flat_a, flat_b = flatten_fields(a), flatten_fields(b)
     return [{"field": key, "a": flat_a.get(key), "b": flat_b.get(key)}
             for key in sorted(set(flat_a) | set(flat_b))
             if key != "created_at" and flat_a.get(key) != flat_b.get(key)]

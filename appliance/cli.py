@@ -99,16 +99,26 @@ def _common(p: argparse.ArgumentParser, *, events: bool = False) -> None:
                        help="print engine events as JSON lines (for the TUI and scripts)")
 
 
+def _format(p: argparse.ArgumentParser, what: str = "the records") -> None:
+    """--format for every command that prints records; the choices are appliance.report's."""
+    from appliance.report import FORMATS
+
+    p.add_argument("--format", choices=FORMATS, default=FORMATS[0],
+                   help=f"how to print {what}: a table for a person, json or csv for a script (default: {FORMATS[0]})")
+
+
 def _add_tasks(sub: argparse._SubParsersAction) -> None:
     tasks = sub.add_parser("tasks", help="list, check, describe and generate task packs")
     tsub = tasks.add_subparsers(dest="tasks_cmd", required=True, metavar="{list,check,stats,generate}")
     p = tsub.add_parser("list", help="list the packs under tasks/")
+    _format(p, "the packs")
     _common(p)
     p = tsub.add_parser("check", help="validate packs (schemas, expected calls, leakage, replay)")
     p.add_argument("packs", nargs="*", help="pack names or folders (default: all)")
     _common(p)
     p = tsub.add_parser("stats", help="split sizes, kinds, domains and policies of a pack")
     p.add_argument("pack", nargs="?", default=DEFAULT_PACK)
+    _format(p, "one row per split")
     _common(p)
     p = tsub.add_parser("generate", help="regenerate the workplace packs (deterministic, seeded)")
     p.add_argument("--seed", type=int, default=0)
@@ -123,14 +133,15 @@ def _add_verify(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--pack", default=DEFAULT_PACK)
     p.add_argument("--split", default="val")
     p.add_argument("--reward", default=None, help="reward scheme (default: the pack's)")
+    _format(p, "the summary")
     _common(p)
 
 
 def _add_sql(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("sql", help="query the run store with DuckDB SQL (no query: interactive prompt)")
     p.add_argument("query", nargs="?", help="one SQL query; omit for an interactive prompt")
-    p.add_argument("--format", choices=["table", "csv", "json"], default="table")
-    p.add_argument("--max-rows", type=positive_int, default=200)
+    _format(p, "the result rows")
+    p.add_argument("--max-rows", type=positive_int, default=200, help="rows shown in a table (default: 200)")
     _common(p)
 
 
@@ -158,6 +169,7 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
     option("--batch-size", "batch_size", type=positive_int)
     option("--backend", "backend", choices=["auto", "hf", "vllm"])
     option("--seed", "seed", type=int)
+    _format(p, "the eval's metrics, or `eval compare`'s deltas")
     _common(p, events=True)
 
 
@@ -236,15 +248,18 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
 def _add_checkpoints(sub: argparse._SubParsersAction) -> None:
     ck = sub.add_parser("checkpoints", help="list, show and diff versioned adapters")
     csub = ck.add_subparsers(dest="ck_cmd", required=True, metavar="{list,show,diff}")
-    p = csub.add_parser("list")
+    p = csub.add_parser("list", help="every checkpoint, oldest first, and which one is promoted")
     p.add_argument("--root", default="checkpoints")
-    p = csub.add_parser("show")
+    _format(p, "the checkpoints")
+    p = csub.add_parser("show", help="a checkpoint's manifest: what produced it and its metrics")
     p.add_argument("checkpoint")
     p.add_argument("--root", default="checkpoints")
-    p = csub.add_parser("diff")
+    _format(p, "the manifest")
+    p = csub.add_parser("diff", help="the manifest fields that differ between two checkpoints")
     p.add_argument("a")
     p.add_argument("b")
     p.add_argument("--root", default="checkpoints")
+    _format(p, "the changed fields")
 
     p = sub.add_parser("promote", help="promote a checkpoint if it beats the baseline without regressions")
     p.add_argument("checkpoint")
@@ -258,6 +273,8 @@ def _add_checkpoints(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("export", help="write an adapter merged into its base model as safetensors")
     p.add_argument("checkpoint")
     p.add_argument("--merged", required=True, metavar="OUT", help="output folder")
+    p.add_argument("--force", action="store_true",
+                   help="write into OUT even if it already holds files (otherwise: refused, or asked on a terminal)")
     p.add_argument("--root", default="checkpoints")
 
 

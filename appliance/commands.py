@@ -23,13 +23,14 @@ def _workspace(args: argparse.Namespace):
     return workspace
 
 
-def _event_sink(args: argparse.Namespace):
-    """--events: JSON lines on stdout; otherwise a progress bar and readable lines on stderr."""
+def _event_sink(args: argparse.Namespace, *, baseline_live: bool = False):
+    """--events: JSON lines on stdout; otherwise a progress bar and readable lines on stderr
+    (`baseline_live`: and the pipeline's baseline tables on stdout as soon as it finishes)."""
     if getattr(args, "events", False):
         def emit(event: Event) -> None:
             print(event.to_line(), flush=True)
         return emit
-    return report.HumanSink()
+    return report.HumanSink(baseline_live=baseline_live)
 
 
 # ---------------------------------------------------------------- tasks
@@ -38,10 +39,11 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     from appliance.packs import check_pack, list_packs, load_pack
 
     if args.tasks_cmd == "list":
-        report.print_pack_list([load_pack(p, root=args.tasks_root) for p in list_packs(args.tasks_root)])
+        report.print_pack_list([load_pack(p, root=args.tasks_root) for p in list_packs(args.tasks_root)],
+                               fmt=args.format)
         return 0
     if args.tasks_cmd == "stats":
-        report.print_pack_stats(load_pack(args.pack, root=args.tasks_root))
+        report.print_pack_stats(load_pack(args.pack, root=args.tasks_root), fmt=args.format)
         return 0
     if args.tasks_cmd == "check":
         names = args.packs or list_packs(args.tasks_root)
@@ -76,7 +78,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
     summary = verify_outputs_file(args.outputs, pack_name=args.pack, split=args.split, scheme=args.reward,
                                   tasks_root=args.tasks_root, workspace=_workspace(args))
-    report.print_verify_summary(summary)
+    report.print_verify_summary(summary, fmt=args.format)
     return 0
 
 
@@ -89,7 +91,7 @@ def cmd_sql(args: argparse.Namespace) -> int:
             columns, rows = ws.query(args.query)
         except duckdb.Error as err:
             raise ApplianceError(" ".join(str(err).split())) from err
-        report.print_rows(columns, rows, fmt=args.format, max_rows=args.max_rows)
+        report.print_records(columns, rows, fmt=args.format, max_rows=args.max_rows)
         return 0
     return report.sql_prompt(ws, fmt=args.format, max_rows=args.max_rows)
 
@@ -103,7 +105,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             raise ApplianceError("use `appliance eval compare EVAL_A EVAL_B` to compare two evals.")
         from appliance.evaluate.stored import compare_stored
 
-        report.print_compare(compare_stored(ws, args.compare[1], args.compare[2]))
+        report.print_compare(compare_stored(ws, args.compare[1], args.compare[2]), fmt=args.format)
         return 0
     from appliance.evaluate import EvalSettings, run_eval
 
@@ -112,8 +114,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
                             batch_size=args.batch_size, backend=args.backend, seed=args.seed,
                             tasks_root=args.tasks_root)
     result = run_eval(settings, workspace=ws, sink=_event_sink(args), allow_interrupt=True)
-    if not args.events:
+    if args.events:
+        return 0
+    if args.format == "table":
         report.print_eval(result)
+    else:
+        report.print_fields({"eval_id": result.eval_id, **result.metrics}, fmt=args.format)
     return 0
 
 
@@ -129,17 +135,30 @@ def cmd_audit(args: argparse.Namespace) -> int:
     if args.labels:
         labels = audit.read_labels_file(args.labels)
     else:
-        try:
-            labels = report.audit_prompt(sample)
-        except EOFError:
-            raise ApplianceError("stdin ended before the audit finished (type q to stop early); no labels of "
-                                 "this session were recorded, so run it again.") from None
+        labels = _labels_from_a_person(ws, eval_id, sample)
     audit.record_labels(ws, eval_id, sample, labels)
     report.print_audit(audit.agreement(ws, eval_id))
     if args.export:
         count = audit.export_disagreements(ws, eval_id, args.export)
         print(f"wrote {count} disagreements to {args.export}")
     return 0
+
+
+def _labels_from_a_person(ws, eval_id: str, sample: list) -> list:
+    """The interactive audit; if stdin ends or Ctrl-C comes first, the answers given so far are stored."""
+    from appliance import audit
+
+    labels: list = []
+    try:
+        report.audit_prompt(sample, labels)
+    except EOFError:
+        audit.record_labels(ws, eval_id, sample, labels)
+        raise ApplianceError(f"stdin ended after {len(labels)} of {len(sample)} answers; those were stored, so run "
+                             "`appliance audit` again to label the rest (type q to stop early).") from None
+    except KeyboardInterrupt:
+        audit.record_labels(ws, eval_id, sample, labels)
+        raise
+    return labels
 
 
 def _stdin_has_input() -> bool:
@@ -198,13 +217,15 @@ def cmd_checkpoints(args: argparse.Namespace) -> int:
     from appliance import checkpoints
 
     if args.ck_cmd == "list":
-        report.print_checkpoints(checkpoints.list_checkpoints(args.root), checkpoints.current_promoted(args.root))
+        report.print_checkpoints(checkpoints.list_checkpoints(args.root), checkpoints.current_promoted(args.root),
+                                 fmt=args.format)
     elif args.ck_cmd == "show":
-        report.print_json(checkpoints.load_manifest(checkpoints.resolve_checkpoint(args.checkpoint, args.root)))
+        shown = checkpoints.load_checkpoint(checkpoints.resolve_checkpoint(args.checkpoint, args.root))
+        report.print_manifest(shown.id, shown.manifest, fmt=args.format)
     else:
-        a = checkpoints.resolve_checkpoint(args.a, args.root)
-        b = checkpoints.resolve_checkpoint(args.b, args.root)
-        report.print_json(checkpoints.diff_manifests(checkpoints.load_manifest(a), checkpoints.load_manifest(b)))
+        a = checkpoints.load_checkpoint(checkpoints.resolve_checkpoint(args.a, args.root))
+        b = checkpoints.load_checkpoint(checkpoints.resolve_checkpoint(args.b, args.root))
+        report.print_manifest_diff(a.id, b.id, checkpoints.diff_manifests(a.manifest, b.manifest), fmt=args.format)
     return 0
 
 
@@ -228,9 +249,24 @@ def cmd_rollback(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from appliance import checkpoints
 
-    out = checkpoints.export_merged(checkpoints.resolve_checkpoint(args.checkpoint, args.root), args.merged)
+    source = checkpoints.resolve_checkpoint(args.checkpoint, args.root)
+    _may_write_into(Path(args.merged).expanduser(), force=args.force)
+    out = checkpoints.export_merged(source, args.merged)
     print(f"wrote merged safetensors to {out}")
     return 0
+
+
+def _may_write_into(folder: Path, *, force: bool) -> None:
+    """An export never writes over files a person has there unless told to (--force) or asked on a terminal."""
+    if folder.exists() and not folder.is_dir():
+        raise ApplianceError(f"{folder} is a file; pass a folder (new or empty) to --merged.")
+    if force or not folder.is_dir() or not any(folder.iterdir()):
+        return
+    if not sys.stdin.isatty():
+        raise ApplianceError(f"{folder} already holds files; pass --force to write the merged model over them, "
+                             "or choose a new folder.")
+    if not report.confirm(f"{folder} already holds files; write the merged model over them?"):
+        raise ApplianceError(f"nothing was exported and {folder} was left as it was.")
 
 
 # ---------------------------------------------------------------- pipeline, doctor, ui
@@ -244,8 +280,9 @@ def cmd_run(args: argparse.Namespace) -> int:
                                 eval_limit=args.eval_limit,
                                 **{name: getattr(args, name) for name in ("sft_steps", "grpo_steps")
                                    if getattr(args, name) is not None})
-    result = run_pipeline(settings, workspace=_workspace(args), sink=_event_sink(args))
-    report.print_pipeline(result)
+    sink = _event_sink(args, baseline_live=True)
+    result = run_pipeline(settings, workspace=_workspace(args), sink=sink)
+    report.print_pipeline(result, baseline_shown=getattr(sink, "baseline_shown", None) is not None)
     return 0
 
 

@@ -1,7 +1,10 @@
 """Printing for the CLI: tables (rich), CSV/JSON rows, progress, interactive prompts.
 
 Everything a command shows a person goes through here, so the pipeline report and
-the single commands look the same. No engine logic.
+the single commands look the same. No engine logic. Records (lists of rows, or one
+object's fields) go through `print_records` / `print_fields`, which speak every
+format in FORMATS; on a terminal tables fit its width, and when stdout is a pipe or
+a file nothing is cut, ellipsised or wrapped.
 """
 from __future__ import annotations
 
@@ -12,16 +15,42 @@ from typing import Any, Iterable, Sequence
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from appliance.events import Alarm, Event, EvalFinished, Log, Progress, RunFailed, StepMetrics
 
+# The output formats of every command that prints records; the CLI's --format choices come from here.
+FORMATS = ("table", "json", "csv")
+# Width given to rich when the output is not a terminal: wide enough that no table column is ever shrunk.
+_UNBOUNDED_WIDTH = 1 << 16
+
 console = Console()
 err_console = Console(stderr=True)
+_piped_console = Console(width=_UNBOUNDED_WIDTH)
+_piped_err_console = Console(stderr=True, width=_UNBOUNDED_WIDTH)
+
+
+def out() -> Console:
+    """stdout: the terminal's width for a person; unbounded when piped, so an id is never cut or wrapped."""
+    return console if console.is_terminal else _piped_console
+
+
+def err_out() -> Console:
+    """stderr, with the same rule as `out`."""
+    return err_console if err_console.is_terminal else _piped_err_console
+
 
 # The few step metrics worth a line on a terminal; everything else is in the store and the cockpit.
 STEP_LINE = (("loss", "loss"), ("reward", "reward/mean"), ("success", "train/success_rate"),
              ("format errors", "train/format_error_rate"), ("flat groups", "frac_reward_zero_std"),
              ("kl", "kl"), ("step s", "time/step_s"))
+# A sentence printed under the first step line of a run that shows a metric which reads like a bug.
+FLAT_GROUPS_NOTE = ("note: flat groups = the share of prompt groups whose samples all got the same reward; "
+                    "such a group has zero advantage and gives no learning signal.")
+GRPO_LOSS_NOTE = ("note: GRPO's loss is ~0 by construction (advantages are normalised within each group and "
+                  "there is no KL term), but its gradient is not; watch reward and success instead.")
+# Below this a printed GRPO loss reads as 0.
+_ZERO_LOSS = 5e-3
 
 SEED_METRICS = (
     ("valid JSON rate", "valid_json_rate"),
@@ -33,33 +62,65 @@ SEED_METRICS = (
 
 
 def _fmt(value: Any) -> str:
+    """A value in a table cell, for a person: floats to 3 places, a flat dict of counts as `name n, …`."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
     if isinstance(value, float):
         return f"{value:.3f}"
+    if isinstance(value, dict) and all(isinstance(v, (int, float, str)) for v in value.values()):
+        return ", ".join(f"{k} {_fmt(v)}" for k, v in value.items())
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, default=str)
+    return "" if value is None else str(value)
+
+
+def _csv_cell(value: Any) -> str:
+    """A value in a CSV cell, for a script: full precision, nested values as JSON."""
     if isinstance(value, (dict, list)):
         return json.dumps(value, default=str)
     return "" if value is None else str(value)
 
 
 def print_json(obj: Any) -> None:
-    console.print_json(json.dumps(obj, default=str))
+    """One JSON document on stdout, on one line (a script's parser, not rich's pretty-printer, reads it)."""
+    print(json.dumps(obj, default=str, ensure_ascii=False))
 
 
-def print_rows(columns: Sequence[str], rows: Sequence[Sequence[Any]], *, fmt: str = "table",
-               max_rows: int = 200) -> None:
+def print_records(columns: Sequence[str], rows: Sequence[Sequence[Any]], *, fmt: str = "table",
+                  title: str | None = None, max_rows: int | None = None, empty: str | None = None) -> None:
+    """Rows as a table (a person), a JSON array of objects or CSV with a header (a script).
+
+    `max_rows` and `empty` (the sentence shown instead of an empty table) apply to tables only:
+    a script gets every row, and an empty list is `[]` or a lone header.
+    """
     if fmt == "csv":
-        writer = csv.writer(sys.stdout)
+        writer = csv.writer(sys.stdout, lineterminator="\n")  # a shell reads lines, not CRLF records
         writer.writerow(columns)
-        writer.writerows([[_fmt(v) for v in row] for row in rows])
+        writer.writerows([[_csv_cell(v) for v in row] for row in rows])
         return
     if fmt == "json":
-        print(json.dumps([dict(zip(columns, row)) for row in rows], default=str))
+        print_json([dict(zip(columns, row)) for row in rows])
         return
-    table = Table(*columns, show_lines=False)
-    for row in rows[:max_rows]:
-        table.add_row(*[_fmt(v) for v in row])
-    console.print(table)
-    if len(rows) > max_rows:
-        console.print(f"[dim]… {len(rows) - max_rows} more rows (use --max-rows)[/dim]")
+    if not rows and empty:
+        out().print(empty, highlight=False)
+        return
+    table = Table(*columns, title=title)
+    shown = rows if max_rows is None else rows[:max_rows]
+    for row in shown:
+        table.add_row(*[Text(_fmt(v)) for v in row])  # Text: a value is never read as rich markup
+    out().print(table)
+    if len(rows) > len(shown):
+        out().print(f"[dim]… {len(rows) - len(shown)} more rows (use --max-rows)[/dim]")
+
+
+def print_fields(obj: dict[str, Any], *, fmt: str = "table", title: str | None = None) -> None:
+    """One object: the object itself as JSON, else one `field, value` row per (dotted) leaf."""
+    from appliance.checkpoints import flatten_fields
+
+    if fmt == "json":
+        print_json(obj)
+        return
+    print_records(("field", "value"), list(flatten_fields(obj).items()), fmt=fmt, title=title)
 
 
 def sql_prompt(ws: Any, *, fmt: str, max_rows: int) -> int:
@@ -78,36 +139,37 @@ def sql_prompt(ws: Any, *, fmt: str, max_rows: int) -> int:
         except Exception as err:  # noqa: BLE001 - a bad query must not end the session
             err_console.print(f"[red]error:[/red] {err}")
             continue
-        print_rows(columns, rows, fmt=fmt, max_rows=max_rows)
+        print_records(columns, rows, fmt=fmt, max_rows=max_rows)
 
 
 # ---------------------------------------------------------------- packs
 
-def print_pack_list(packs: Iterable[Any]) -> None:
-    table = Table("pack", "world", "scorer", "reward", "splits")
-    for pack in packs:
-        sizes = ", ".join(f"{s} {len(pack.tasks(s))}" for s in pack.splits)
-        table.add_row(pack.name, pack.world, pack.manifest["scorer"], pack.reward_scheme, sizes)
-    console.print(table)
+def print_pack_list(packs: Iterable[Any], *, fmt: str = "table") -> None:
+    rows = [(pack.name, pack.world, pack.manifest["scorer"], pack.reward_scheme,
+             {s: len(pack.tasks(s)) for s in pack.splits}) for pack in packs]
+    print_records(("pack", "world", "scorer", "reward", "splits"), rows, fmt=fmt,
+                  empty="no task packs here; pass --tasks-root or run `appliance tasks generate`.")
 
 
-def print_pack_stats(pack: Any) -> None:
-    console.print(f"[bold]{pack.name}[/bold]  data hash {pack.data_hash()[:12]}")
-    print_json(pack.stats())
+def print_pack_stats(pack: Any, *, fmt: str = "table") -> None:
+    rows = [(split, s["count"], s["kinds"], s["domains"], s["sources"], s["policy"]["refuse"], s["no_call"])
+            for split, s in pack.stats().items()]
+    print_records(("split", "tasks", "kinds", "domains", "sources", "refusals", "no_call"), rows, fmt=fmt,
+                  title=f"{pack.name}, data hash {pack.data_hash()[:12]}")
 
 
 def print_check(pack: Any, issues: Sequence[str]) -> None:
     if not issues:
-        console.print(f"[green]ok[/green] {pack.name}: " +
-                      ", ".join(f"{s} {len(pack.tasks(s))}" for s in pack.splits))
+        out().print(f"[green]ok[/green] {pack.name}: " +
+                    ", ".join(f"{s} {len(pack.tasks(s))}" for s in pack.splits))
         return
-    console.print(f"[red]{len(issues)} problem(s)[/red] in {pack.name}:")
+    out().print(f"[red]{len(issues)} problem(s)[/red] in {pack.name}:")
     for issue in issues:
-        console.print(f"  - {issue}")
+        out().print(f"  - {issue}", markup=False)
 
 
-def print_verify_summary(summary: dict[str, Any]) -> None:
-    print_json(summary)
+def print_verify_summary(summary: dict[str, Any], *, fmt: str = "table") -> None:
+    print_fields(summary, fmt=fmt, title=f"verified {summary.get('n_outputs', 0)} outputs")
 
 
 # ---------------------------------------------------------------- evals
@@ -126,7 +188,9 @@ def metrics_table(metrics: dict[str, Any], title: str = "") -> Table:
                   f"{metrics.get('success_on_change_tasks', 0.0):.1%} "
                   f"(of {metrics.get('n_tasks_requiring_change', 0)} tasks)")
     table.add_row("do-nothing floor", f"{metrics.get('do_nothing_floor', 0.0):.1%}")
-    table.add_row("latency p50 / p95", f"{metrics.get('latency_p50_s', 0):.2f}s / {metrics.get('latency_p95_s', 0):.2f}s")
+    # A sample's latency is the wall time of the generation batch it was in, not of one request.
+    table.add_row("batch latency p50 / p95",
+                  f"{metrics.get('latency_p50_s', 0):.2f}s / {metrics.get('latency_p95_s', 0):.2f}s")
     table.add_row("generated tokens/s", f"{metrics.get('tokens_per_s', 0):.1f}")
     table.add_row("tokens (prompt + completion)",
                   f"{metrics.get('total_prompt_tokens', 0)} + {metrics.get('total_completion_tokens', 0)}")
@@ -148,111 +212,142 @@ def buckets_table(metrics: dict[str, Any]) -> Table:
 def print_eval(result: Any) -> None:
     s = result.settings
     title = f"{result.eval_id}: {s.model}{' + ' + s.adapter if s.adapter else ''} on {s.pack}/{s.split}, k={s.k}"
-    console.print(metrics_table(result.metrics, title=title))
-    console.print(buckets_table(result.metrics))
+    out().print(metrics_table(result.metrics, title=title))
+    out().print(buckets_table(result.metrics))
     if "bfcl" in result.metrics:
         table = Table("BFCL category", "accuracy")
         for name, value in result.metrics["bfcl"].items():
             table.add_row(name, f"{value:.1%}")
-        console.print(table)
+        out().print(table)
     if result.backend_reason:
-        console.print(f"backend: {result.backend_reason}")
+        out().print(f"backend: {result.backend_reason}", markup=False)
     if result.interrupted:
-        console.print("[yellow]interrupted: the finished tasks were scored and stored.[/yellow]")
-    console.print(f"[bold]recommendation:[/bold] {result.recommendation}")
+        out().print("[yellow]interrupted: the finished tasks were scored and stored.[/yellow]")
+    out().print(f"[bold]recommendation:[/bold] {result.recommendation}")
 
 
-def print_compare(cmp: dict[str, Any]) -> None:
-    table = Table("metric", cmp["a"], cmp["b"], "delta")
-    for name, a, b, delta in cmp["deltas"]:
-        table.add_row(name, f"{a:.3f}", f"{b:.3f}", f"{delta:+.3f}")
-    console.print(table)
+def print_compare(cmp: dict[str, Any], *, fmt: str = "table") -> None:
+    """Metric deltas, then the paired-bootstrap success difference as the last row (with its interval)."""
     d = cmp["success"]
-    console.print(f"success difference over {d.n_tasks} shared tasks: {d.delta:+.3f} "
-                  f"({d.confidence:.0%} paired-bootstrap interval {d.low:+.3f} … {d.high:+.3f}) — {d.verdict}")
+    rows = [(name, a, b, delta, None, None) for name, a, b, delta in cmp["deltas"]]
+    rows.append((f"success, paired over {d.n_tasks} shared tasks", None, None, d.delta, d.low, d.high))
+    print_records(("metric", "a", "b", "delta", "low", "high"), rows, fmt=fmt,
+                  title=f"a = {cmp['a']}, b = {cmp['b']}")
+    if fmt == "table":
+        out().print(f"success difference over {d.n_tasks} shared tasks: {d.delta:+.3f} "
+                    f"({d.confidence:.0%} paired-bootstrap interval {d.low:+.3f} … {d.high:+.3f}) — {d.verdict}")
 
 
 def print_audit(agreement: dict[str, Any]) -> None:
-    table = Table("bucket", "labelled", "agree", "agreement")
-    for bucket, row in agreement["by_bucket"].items():
-        table.add_row(bucket, str(row["n"]), str(row["agree"]), f"{row['rate']:.0%}")
-    console.print(table)
-    console.print(f"overall agreement {agreement['rate']:.0%} over {agreement['n']} labels")
+    rows = [(bucket, row["n"], row["agree"], f"{row['rate']:.0%}") for bucket, row in agreement["by_bucket"].items()]
+    print_records(("bucket", "labelled", "agree", "agreement"), rows)
+    out().print(f"overall agreement {agreement['rate']:.0%} over {agreement['n']} labels")
 
 
-def audit_prompt(sample: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Interactive audit: show each output with its verdict and take agree/disagree (+ note)."""
-    labels = []
+def audit_prompt(sample: Sequence[dict[str, Any]], labels: list[dict[str, Any]]) -> None:
+    """Interactive audit: show each output with its verdict and append agree/disagree (+ note) to `labels`.
+
+    Each answer is in `labels` as soon as it is given, so a caller that meets EOFError or
+    KeyboardInterrupt from here still holds every answer so far (a label whose note was cut off
+    keeps an empty note).
+    """
     for i, row in enumerate(sample, 1):
         console.rule(f"{i}/{len(sample)}  task {row['task_id']} sample {row['sample_index']}")
-        console.print(f"[bold]request:[/bold] {row.get('request', '')}")
-        console.print(f"[bold]output:[/bold] {row['completion']}")
-        console.print(f"[bold]verdict:[/bold] {row['bucket']} — {row['reason']}  reward {row['reward']:.2f} "
-                      f"{json.dumps(row.get('components') or {})}")
+        console.print(Text.assemble(("request: ", "bold"), str(row.get("request", ""))))
+        console.print(Text.assemble(("output: ", "bold"), str(row["completion"])))
+        console.print(Text.assemble(("verdict: ", "bold"), f"{row['bucket']} — {row['reason']}  reward "
+                                    f"{row['reward']:.2f} {json.dumps(row.get('components') or {})}"))
         while True:
             answer = input("agree with the verifier? [a]gree / [d]isagree / [s]kip / [q]uit: ").strip().lower()
             if answer in {"a", "d", "s", "q"}:
                 break
         if answer == "q":
-            break
+            return
         if answer == "s":
             continue
-        note = input("note (optional): ").strip()
-        labels.append({"task_id": row["task_id"], "sample_index": row["sample_index"],
-                       "label": "agree" if answer == "a" else "disagree", "note": note})
-    return labels
+        label = {"task_id": row["task_id"], "sample_index": row["sample_index"],
+                 "label": "agree" if answer == "a" else "disagree", "note": ""}
+        labels.append(label)
+        label["note"] = input("note (optional): ").strip()
+
+
+def confirm(question: str) -> bool:
+    """Ask a person yes/no on the terminal; anything but yes (or the end of input) is no."""
+    try:
+        return input(f"{question} [y/N] ").strip().lower() in {"y", "yes"}
+    except EOFError:
+        return False
 
 
 # ---------------------------------------------------------------- training, checkpoints, promotion
 
 def print_train(result: Any) -> None:
-    console.print(f"run {result.run_id}: {len(result.checkpoints)} checkpoint(s); final adapter {result.final_adapter}"
-                  f"; {result.wall_time_s:.0f}s")
+    out().print(f"run {result.run_id}: {len(result.checkpoints)} checkpoint(s); final adapter {result.final_adapter}"
+                f"; {result.wall_time_s:.0f}s", markup=False)
 
 
-def print_checkpoints(items: Sequence[Any], promoted: dict[str, Any] | None) -> None:
-    if not items:
-        console.print("no checkpoints yet — run `appliance train sft` or `appliance run`.")
-        return
-    table = Table("checkpoint", "stage", "parent", "held-out success", "promoted")
-    for item in items:
-        heldout = (item.manifest.get("metrics") or {}).get("heldout") or {}
-        table.add_row(item.id, str(item.manifest.get("stage", "")), str(item.manifest.get("parent") or ""),
-                      _fmt(heldout.get("heldout_success")),
-                      "yes" if promoted and promoted.get("id") == item.id else "")
-    console.print(table)
+def print_checkpoints(items: Sequence[Any], promoted: dict[str, Any] | None, *, fmt: str = "table") -> None:
+    promoted_id = promoted.get("id") if promoted else None
+    rows = [(item.id, item.manifest.get("stage"), item.manifest.get("parent"),
+             ((item.manifest.get("metrics") or {}).get("heldout") or {}).get("heldout_success"),
+             item.id == promoted_id) for item in items]
+    print_records(("checkpoint", "stage", "parent", "heldout_success", "promoted"), rows, fmt=fmt,
+                  empty="no checkpoints yet — run `appliance train sft` or `appliance run`.")
+
+
+def print_manifest(checkpoint_id: str, manifest: dict[str, Any], *, fmt: str = "table") -> None:
+    print_fields(manifest, fmt=fmt, title=checkpoint_id)
+
+
+def print_manifest_diff(a: str, b: str, changes: Sequence[dict[str, Any]], *, fmt: str = "table") -> None:
+    print_records(("field", "a", "b"), [(c["field"], c["a"], c["b"]) for c in changes], fmt=fmt,
+                  title=f"a = {a}, b = {b}", empty=f"{a} and {b} have the same manifest (apart from created_at).")
 
 
 def print_promotion(decision: Any) -> None:
     colour = "green" if decision.promoted else "yellow"
-    console.print(f"[{colour}]{'promoted' if decision.promoted else 'refused'}[/{colour}]: {decision.summary}")
+    out().print(f"[{colour}]{'promoted' if decision.promoted else 'refused'}[/{colour}]: ", end="")
+    out().print(decision.summary, markup=False, highlight=False)
     for reason in decision.reasons:
-        console.print(f"  - {reason}")
+        out().print(f"  - {reason}", markup=False, highlight=False)
 
 
-def print_pipeline(result: Any) -> None:
-    if result.baseline is not None:
-        console.print(metrics_table(result.baseline.metrics, title=f"baseline {result.baseline.eval_id}"))
-        console.print(buckets_table(result.baseline.metrics))
+def print_baseline(eval_id: str, metrics: dict[str, Any]) -> None:
+    out().print(metrics_table(metrics, title=f"baseline {eval_id}"))
+    out().print(buckets_table(metrics))
+
+
+def print_pipeline(result: Any, *, baseline_shown: bool = False) -> None:
+    """The report, in stage order: the baseline's tables (unless shown live as it finished), then the
+    pipeline's lines (baseline, recommendation, SFT, GRPO, then the gate's decision and reasons)."""
+    if result.baseline is not None and not baseline_shown:
+        print_baseline(result.baseline.eval_id, result.baseline.metrics)
     console.rule("pipeline report")
     for line in result.lines:
-        console.print(line)
+        out().print(line, markup=False, highlight=False)
 
 
 def print_doctor(info: dict[str, Any]) -> None:
     table = Table("item", "value")
     for key, value in info.items():
-        table.add_row(key, _fmt(value))
-    console.print(table)
+        table.add_row(key, Text(_fmt(value)))
+    out().print(table)
 
 
 # ---------------------------------------------------------------- live events for a person
 
 class HumanSink:
-    """Renders engine events for a person: a progress bar for Progress, lines for the rest."""
+    """Renders engine events for a person: a progress bar for Progress, lines for the rest.
 
-    def __init__(self) -> None:
+    `baseline_live`: print the first finished eval's tables on stdout as it arrives (the pipeline's
+    baseline), so the report reads in stage order; `baseline_shown` then names that eval.
+    """
+
+    def __init__(self, *, baseline_live: bool = False) -> None:
         self._bar = None
+        self._baseline_live = baseline_live
+        self.baseline_shown: str | None = None
+        self._explained: set[tuple[str, str]] = set()
 
     def __call__(self, event: Event) -> None:
         if isinstance(event, Progress):
@@ -262,15 +357,32 @@ class HumanSink:
         if isinstance(event, StepMetrics):
             shown = "  ".join(f"{label} {event.metrics[key]:.3g}" for label, key in STEP_LINE
                               if isinstance(event.metrics.get(key), (int, float)))
-            err_console.print(f"step {event.step}: {shown}", highlight=False)
+            err_out().print(f"step {event.step}: {shown}", highlight=False)
+            self._explain(event)
         elif isinstance(event, Alarm):
-            err_console.print(f"[bold red]ALARM ({event.kind}):[/bold red] {event.message}")
+            err_out().print(Text.assemble((f"ALARM ({event.kind}): ", "bold red"), event.message))
         elif isinstance(event, RunFailed):
-            err_console.print(f"[red]failed:[/red] {event.error}")
+            err_out().print(Text.assemble(("failed: ", "red"), event.error))
         elif isinstance(event, Log):
-            err_console.print(f"[dim]{event.message}[/dim]")
-        elif isinstance(event, EvalFinished):
-            pass  # the command prints the full report
+            err_out().print(Text(event.message, style="dim"))
+        elif isinstance(event, EvalFinished) and self._baseline_live and self.baseline_shown is None:
+            print_baseline(event.eval_id, event.metrics)
+            self.baseline_shown = event.eval_id
+        # any other EvalFinished: the command prints the full report
+
+    def _explain(self, event: StepMetrics) -> None:
+        """The first time in a run a step line shows a metric that reads like a bug, one sentence on why not."""
+        metrics = event.metrics
+        grpo = "frac_reward_zero_std" in metrics
+        notes = []
+        if grpo and abs(metrics.get("loss", 1.0)) < _ZERO_LOSS and not metrics.get("kl"):
+            notes.append(("loss", GRPO_LOSS_NOTE))
+        if grpo:
+            notes.append(("flat groups", FLAT_GROUPS_NOTE))
+        for key, note in notes:
+            if (event.run_id, key) not in self._explained:
+                self._explained.add((event.run_id, key))
+                err_out().print(Text(f"  {note}", style="dim"))
 
     def _progress(self, event: Progress) -> None:
         from tqdm import tqdm
