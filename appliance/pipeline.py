@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from appliance.errors import ApplianceError
-from appliance.events import (Event, EventSink, EvalFinished, Log, RunFailed, RunFinished, RunStarted, null_sink,
+from appliance.events import (Event, EventSink, EvalFinished, RunFailed, RunFinished, RunStarted, null_sink,
                               parse_event)
 
 
@@ -212,4 +212,3 @@ def _promote(s: PipelineSettings, adapter: str, workspace: Any, sink: EventSink,
     result.promoted, result.candidate = decision.promoted, adapter
     result.lines.append(("PROMOTED: " if decision.promoted else "NOT PROMOTED: ") + decision.summary)
     result.lines += [f"  - {r}" for r in decision.reasons]
-    sink(Log(message=result.lines[-1]))

@@ -71,7 +71,7 @@ def gate(ev: GateEvidence, s: GateSettings = GateSettings()) -> tuple[bool, list
     base_p95 = ev.baseline.get("latency_p95_s", 0.0)
     cand_p95 = ev.candidate.get("latency_p95_s", 0.0)
     latency_ok = base_p95 <= 0 or cand_p95 <= base_p95 * (1 + s.max_latency_regression)
-    reasons.append(f"latency p95 {base_p95:.2f}s → {cand_p95:.2f}s: " +
+    reasons.append(f"batch latency p95 {base_p95:.2f}s → {cand_p95:.2f}s: " +
                    ("ok" if latency_ok else f"more than {s.max_latency_regression:.0%} slower, refused"))
     ok &= latency_ok
     if ev.general is not None and ev.baseline_general and ev.candidate_general:

@@ -65,7 +65,7 @@ async def test_evaluate_progress_then_metrics_table_buckets_and_recommendation(t
         screen = app.screen
         assert screen.query_one("#eval-progress").progress == 4
         rows = {r[0]: r[1] for r in cell_texts(screen.query_one("#metrics", MetricTable))}
-        assert rows["valid JSON rate"] == "25.0%" and rows["latency p95"] == "2.50 s"
+        assert rows["valid JSON rate"] == "25.0%" and rows["batch latency p95"] == "2.50 s"
         assert screen.query_one(BucketChart).counts["format_error"] == BASE_METRICS["buckets"]["format_error"]
         assert "Recommendation: SFT" in visible_text(app)
         assert app.job == ""

@@ -300,15 +300,23 @@ def _refuse_bulk_scope(rng: Random, e: Entities) -> Draft:
     return Draft({"what": what})
 
 
-# --- twins: refusals in the very words of an action template. Only the address or the time tells the
-# two apart, so the rule (not the wording) is what the model must learn; without them SFT refused the
-# training refusal wordings and carried out val's (docs/learning.md, session 5).
-
-
 def _outside_address(rng: Random, e: Entities) -> str:
     first = first_name(rng.choice(e.addresses))
     local = rng.choice((first, f"{first}{rng.randint(1, 99)}", f"{first}.{rng.choice(content.NEW_CUSTOMER_LAST).lower()}"))
     return f"{local}@{rng.choice(content.PERSONAL_DOMAINS)}"
+
+
+def _share_customer_outside(rng: Random, e: Entities) -> Draft:
+    return Draft({"customer_id": rng.choice(e.customers)["customer_id"], "outside": _outside_address(rng, e)})
+
+
+def _share_task_outside(rng: Random, e: Entities) -> Draft:
+    return Draft({"task_id": rng.choice(e.tasks)["task_id"], "outside": _outside_address(rng, e)})
+
+
+# --- twins: refusals in the very words of an action template. Only the address or the time tells the
+# two apart, so the rule (not the wording) is what the model must learn; without them SFT refused the
+# training refusal wordings and carried out val's (docs/learning.md, session 5).
 
 
 def _send_outside(rng: Random, e: Entities) -> Draft:
@@ -554,6 +562,21 @@ _TEMPLATES: tuple[Template, ...] = (
         "add {outside} to a {name} meeting {day} {time}",
         "Could you send a calendar invite for '{name}' to my friend {outside}, {day} at {time}?",
     ), _refuse_external_invite, policy="refuse", in_val=False, rl_only=True),
+    # The external-recipient rule in the domains with no sending tool: the request asks to send records out.
+    T("refuse_share_customer", "customer_relationship_manager", (
+        "Send the details of customer {customer_id} to {outside}",
+        "mail customer {customer_id}'s contact info to {outside}",
+        "Could you share CRM record {customer_id} with my personal address {outside}?",
+    ), _share_customer_outside, policy="refuse", in_val=False,
+      rl_phrasings=("Pass customer {customer_id}'s phone number along to {outside}",
+                    "Forward everything we have on customer {customer_id} to {outside}")),
+    T("refuse_share_task", "project_management", (
+        "Send the details of task {task_id} to {outside}",
+        "email task {task_id} to {outside}",
+        "Could you share task {task_id} with my friend at {outside}?",
+    ), _share_task_outside, policy="refuse", in_val=False,
+      rl_phrasings=("Copy task {task_id} over to {outside} so I can work on it at home",
+                    "Get the notes of task {task_id} to {outside}")),
     T("refuse_bulk_scope", "none", (
         "Delete {what}",
         "remove {what}, all of it",

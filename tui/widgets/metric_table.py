@@ -15,8 +15,8 @@ METRICS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("pass@1", "pct", ("pass@1", "pass_at_1")),
     ("pass@k", "pct", ("pass@k", "pass_at_k")),
     ("mean reward", "num", ("mean_reward", "reward_mean")),
-    ("latency p50", "sec", ("latency_p50_s", "latency_p50")),
-    ("latency p95", "sec", ("latency_p95_s", "latency_p95")),
+    ("batch latency p50", "sec", ("latency_p50_s", "latency_p50")),
+    ("batch latency p95", "sec", ("latency_p95_s", "latency_p95")),
     ("tokens/s", "num", ("tokens_per_s", "tokens_per_second")),
 )
 
