@@ -45,7 +45,13 @@ Comparisons:
   only read-only calls, success also needs tool_ok and arguments_ok.
 * worlds: for ``world="none"`` packs (scored elsewhere, e.g. BFCL) nothing is
   executed; executed_ok mirrors schema_ok and state_match mirrors
-  tool_ok and arguments_ok.
+  tool_ok and arguments_ok. A pack's own tools (``arguments``, ``python``, ``mcp``)
+  bring their world from appliance.userworld, through the `ExecutionWorld`
+  protocol below: it normalises calls to their schemas first (so arguments then
+  compare exactly, text included), runs them, and says whether the outcome alone
+  decides success (a state, or a read-only tool's results) or the arguments must
+  match too. An outcome of None means nothing was compared, and state_match
+  mirrors arguments_ok as for ``none``.
 
 The gates parse_ok → schema_ok → executed_ok → state_match are cumulative (a gate is
 False when an earlier one failed). tool_ok and arguments_ok are comparisons beside
@@ -61,16 +67,18 @@ import json
 import logging
 from collections import Counter, OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 from jsonschema.validators import validator_for
 
 from appliance.errors import ApplianceError
+from appliance.packs.manifest import WORLDS
 from appliance.parsing import parse_tool_calls
 from appliance.safety import check_unsafe, is_state_changing, validate_rules
 from appliance.task import Task, ToolCall, Verdict
+from appliance.userworld.config import USER_WORLDS
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +88,30 @@ REPLAY_CACHE_SIZE = 4096  # distinct (task, calls) replays kept; GRPO groups rep
 EXPECTED_CACHE_SIZE = 65536
 
 
+Outcome = tuple[tuple[str, ...], "bool | None", bool]  # (errors raised, outcome matches expected, world changed)
+
+
+class ExecutionWorld(Protocol):
+    """The world a pack's calls run in, as the verifier asks it (WorkBench's, none, or a pack's own)."""
+
+    name: str
+    exact_text: bool  # compare text arguments exactly (True) or case-insensitively, as WorkBench does
+
+    def prepare(self, task: Task, calls: tuple[ToolCall, ...]) -> tuple[Task, tuple[ToolCall, ...]]:
+        """The task and calls in the form every later check sees (e.g. arguments normalised)."""
+
+    def is_state_changing(self, name: str) -> bool: ...
+
+    def outcome(self, task: Task, calls: Sequence[ToolCall]) -> Outcome:
+        """Run the calls afresh and compare with the expected calls' run; match None = nothing compared."""
+
+    def decides(self, task: Task) -> bool:
+        """Whether a matching outcome alone makes a success (else the arguments must match too)."""
+
+    def episode(self, task: Task) -> Any:
+        """A world for one agent-loop episode of the task: `.call(call)` gives .observation, .raised, .changed."""
+
+
 class Verifier:
     """Scores outputs against tasks for one tool set, rule set and world."""
 
@@ -87,22 +119,34 @@ class Verifier:
         self,
         tools: Sequence[Mapping[str, Any]],
         unsafe_rules: Iterable[Any] = (),
-        world: str = "workbench",
+        world: "str | ExecutionWorld" = "workbench",
     ) -> None:
-        if world not in ("workbench", "none"):
-            raise ApplianceError(f"unknown world '{world}'; a pack's world must be 'workbench' or 'none'")
-        self.world = world
+        self._world = _builtin_world(world) if isinstance(world, str) else world
+        self.world = self._world.name
         self.rules = validate_rules(unsafe_rules)
         self._validators = {name: _compile(schema) for name, schema in _schemas(tools).items()}
         self._task_validators: dict[str, dict[str, Any]] = {}
-        self._world_api = _load_world_api() if world == "workbench" else None
-        self._expected_worlds: dict[str, Any] = {}
-        self._replays: OrderedDict[tuple[str, str], tuple[tuple[str, ...], bool, bool]] = OrderedDict()
+        self._exact_keys = _every_key if self._world.exact_text else _case_sensitive_keys
 
     @classmethod
     def for_pack(cls, pack: Any) -> "Verifier":
         """A verifier for a loaded pack (duck-typed: .tools, .unsafe_rules, .world)."""
-        return cls(pack.tools, pack.unsafe_rules, getattr(pack, "world", "workbench"))
+        world = getattr(pack, "world", "workbench")
+        if world in USER_WORLDS:
+            from appliance.userworld.worlds import make_world
+
+            world = make_world(pack)
+        return cls(pack.tools, pack.unsafe_rules, world)
+
+    def episode(self, task: Task) -> Any:
+        """A fresh world for an agent loop on this task (WorkBench's, or the pack's own)."""
+        return self._world.episode(task)
+
+    def close(self) -> None:
+        """Stop what the world started (a pack's function sandbox or MCP server); idempotent."""
+        close = getattr(self._world, "close", None)
+        if close is not None:
+            close()
 
     @property
     def tool_names(self) -> frozenset[str]:
@@ -114,7 +158,8 @@ class Verifier:
         """Verdict for one text output. Never raises."""
         try:
             parsed = parse_tool_calls(output)
-            return self._judge(task, parsed.calls, parsed.ok, parsed.error, ())
+            task, calls = self._world.prepare(task, tuple(parsed.calls))
+            return self._judge(task, calls, parsed.ok, parsed.error, ())
         except Exception as err:  # noqa: BLE001 - the verifier must never take a training run down
             return _internal_error(task, err)
 
@@ -143,6 +188,7 @@ class Verifier:
             loop_errors = tuple(str(e) for e in executed_errors)
             if raised and not loop_errors:
                 loop_errors = ("a call raised during the agent loop",)
+            task, calls = self._world.prepare(task, calls)
             return self._judge(task, calls, parse_ok, parse_error, loop_errors)
         except Exception as err:  # noqa: BLE001
             return _internal_error(task, err)
@@ -167,19 +213,19 @@ class Verifier:
         if not calls:
             return _verdict("missed_call", f"made no call but expected {_names(task.expected)}", schema_ok=True)
         tool_ok, tool_problem = self._tools_match(task, calls)
-        fraction = _arguments_fraction(self._compared_expected(task), calls)
+        fraction = _arguments_fraction(self._compared_expected(task), calls, self._exact_keys)
         arguments_ok = schema_ok and tool_ok and fraction == 1.0
         checks = dict(schema_ok=schema_ok, tool_ok=tool_ok, arguments_ok=arguments_ok,
                       arguments_fraction=fraction, n_calls=n)
         if not schema_ok:
             bucket, reason = schema_problem
             return _verdict(bucket, reason, **checks)
-        errors, state_match, _ = self._execute(task, calls)
+        errors, outcome_match, _ = self._world.outcome(task, calls)
         errors = loop_errors + errors
         executed_ok = not errors
-        state_match = executed_ok and (state_match if self._world_api is not None else arguments_ok)
+        state_match = executed_ok and (arguments_ok if outcome_match is None else outcome_match)
         checks.update(executed_ok=executed_ok, state_match=state_match)
-        if state_match and (arguments_ok or self._expects_state_change(task)):
+        if state_match and (arguments_ok or self._world.decides(task)):
             return _verdict("success", "final state matches the expected one", **checks)
         return self._failure(task, calls, checks, tool_problem, errors)
 
@@ -189,7 +235,7 @@ class Verifier:
     ) -> Verdict:
         n = len(calls)
         schema_ok = schema_problem is None
-        changing = [c.name for c in calls if task.kind == "single_step" or is_state_changing(c.name)]
+        changing = [c.name for c in calls if task.kind == "single_step" or self._world.is_state_changing(c.name)]
         if changing:
             return _verdict("called_when_none_expected", f"called {changing[0]} but no call was expected",
                             schema_ok=schema_ok, n_calls=n)
@@ -200,7 +246,7 @@ class Verifier:
         if not schema_ok:
             bucket, reason = schema_problem
             return _verdict(bucket, reason, **dict(checks, tool_ok=bucket != "wrong_tool"))
-        errors, _, changed = self._execute(task, calls)
+        errors, _, changed = self._world.outcome(task, calls)
         errors = loop_errors + errors
         if errors:
             return _verdict("execution_error", errors[0], **checks)
@@ -216,10 +262,11 @@ class Verifier:
         if not checks["tool_ok"]:
             return _verdict("wrong_tool", tool_problem, **checks)
         if not checks["arguments_ok"]:
-            return _verdict("wrong_arguments", _argument_difference(self._compared_expected(task), calls), **checks)
+            difference = _argument_difference(self._compared_expected(task), calls, self._exact_keys)
+            return _verdict("wrong_arguments", difference, **checks)
         if errors:
             return _verdict("execution_error", errors[0], **checks)
-        extra = _extra_state_changes(task, calls)
+        extra = _extra_state_changes(task, calls, self._world.is_state_changing)
         if extra:
             return _verdict("wrong_tool", f"extra state-changing call {extra}", **checks)
         return _verdict("wrong_arguments", "tools and arguments match but the final state differs", **checks)
@@ -262,26 +309,57 @@ class Verifier:
         """The expected calls whose tools and arguments are compared."""
         if task.kind == "single_step":
             return task.expected
-        changing = tuple(c for c in task.expected if is_state_changing(c.name))
+        changing = tuple(c for c in task.expected if self._world.is_state_changing(c.name))
         return changing or task.expected
 
-    def _expects_state_change(self, task: Task) -> bool:
-        if self._world_api is None:
-            return False
-        return any(is_state_changing(c.name) for c in task.expected)
 
-    # --- execution --------------------------------------------------------------------------
+# --- the built-in worlds -------------------------------------------------------------------------
 
-    def _execute(self, task: Task, calls: Sequence[ToolCall]) -> tuple[tuple[str, ...], bool, bool]:
+
+class _NoWorld:
+    """world = "none": nothing runs; the arguments decide."""
+
+    name = "none"
+    exact_text = False
+
+    def prepare(self, task: Task, calls: tuple[ToolCall, ...]) -> tuple[Task, tuple[ToolCall, ...]]:
+        return task, calls
+
+    def is_state_changing(self, name: str) -> bool:
+        return is_state_changing(name)
+
+    def outcome(self, task: Task, calls: Sequence[ToolCall]) -> Outcome:
+        return (), None, False
+
+    def decides(self, task: Task) -> bool:
+        return False
+
+    def episode(self, task: Task) -> Any:
+        raise ApplianceError(f"world '{self.name}' runs no calls, so its tasks cannot be played as agent episodes")
+
+
+class _WorkbenchWorld(_NoWorld):
+    """world = "workbench": calls replay on appliance.world; WorkBench's state comparison decides."""
+
+    name = "workbench"
+
+    def __init__(self) -> None:
+        try:
+            from appliance.world import World, replay
+        except ImportError as err:
+            raise ApplianceError(f"the workbench world cannot be loaded ({err}); reinstall the appliance") from None
+        self._fresh, self._replay = World.fresh, replay
+        self._expected_worlds: dict[str, Any] = {}
+        self._replays: OrderedDict[tuple[str, str], Outcome] = OrderedDict()
+
+    def outcome(self, task: Task, calls: Sequence[ToolCall]) -> Outcome:
         """(errors raised, state matches expected, world changed) for the calls replayed afresh."""
-        if self._world_api is None:
-            return (), True, False
         key = (task.id, _canonical(calls))
         cached = self._replays.get(key)
         if cached is not None:
             self._replays.move_to_end(key)
             return cached
-        world = self._world_api.World.fresh(task.fixture)
+        world = self._fresh(task.fixture)
         errors = tuple(filter(None, (_call_error(world, call) for call in calls)))
         outcome = (errors, world.same_state(self._expected_world(task)), world.changed())
         self._replays[key] = outcome
@@ -289,31 +367,33 @@ class Verifier:
             self._replays.popitem(last=False)
         return outcome
 
+    def decides(self, task: Task) -> bool:
+        return any(is_state_changing(c.name) for c in task.expected)
+
+    def episode(self, task: Task) -> Any:
+        return self._fresh(task.fixture)
+
     def _expected_world(self, task: Task) -> Any:
         world = self._expected_worlds.get(task.id)
         if world is None:
             if len(self._expected_worlds) >= EXPECTED_CACHE_SIZE:
                 self._expected_worlds.clear()
-            world = self._world_api.replay(list(task.expected), task.fixture)
+            world = self._replay(list(task.expected), task.fixture)
             self._expected_worlds[task.id] = world
         return world
 
 
+def _builtin_world(name: str) -> ExecutionWorld:
+    if name == "workbench":
+        return _WorkbenchWorld()
+    if name == "none":
+        return _NoWorld()
+    if name in USER_WORLDS:
+        raise ApplianceError(f"world '{name}' runs a pack's own tools; build the verifier with Verifier.for_pack(pack)")
+    raise ApplianceError(f"unknown world '{name}'; a pack's world must be one of {', '.join(WORLDS)}")
+
+
 # --- module helpers ------------------------------------------------------------------------------
-
-
-class _WorldApi:
-    def __init__(self, world_cls: Any, replay: Any) -> None:
-        self.World = world_cls
-        self.replay = replay
-
-
-def _load_world_api() -> _WorldApi:
-    try:
-        from appliance.world import World, replay
-    except ImportError as err:
-        raise ApplianceError(f"the workbench world cannot be loaded ({err}); reinstall the appliance") from None
-    return _WorldApi(World, replay)
 
 
 def _malformed_call(calls: Sequence[Any]) -> str:
@@ -449,7 +529,7 @@ def _property_check(spec: Any):
     return check
 
 
-def _arguments_fraction(expected: Sequence[ToolCall], calls: Sequence[ToolCall]) -> float:
+def _arguments_fraction(expected: Sequence[ToolCall], calls: Sequence[ToolCall], exact_keys: Any) -> float:
     """Mean over expected calls of the best key-match fraction among unused same-name calls."""
     if not expected:
         return 1.0
@@ -459,7 +539,7 @@ def _arguments_fraction(expected: Sequence[ToolCall], calls: Sequence[ToolCall])
         best, best_index = 0.0, -1
         for index, call in enumerate(unused):
             if call.name == want.name:
-                score = _pair_fraction(want.arguments, call.arguments)
+                score = _pair_fraction(want.arguments, call.arguments, exact_keys)
                 if score > best or best_index < 0:
                     best, best_index = score, index
         if best_index >= 0:
@@ -468,13 +548,13 @@ def _arguments_fraction(expected: Sequence[ToolCall], calls: Sequence[ToolCall])
     return total / len(expected)
 
 
-def _pair_fraction(expected: Mapping[str, Any], predicted: Any) -> float:
+def _pair_fraction(expected: Mapping[str, Any], predicted: Any, exact_keys: Any) -> float:
     if not isinstance(predicted, Mapping):
         return 0.0
     keys = set(expected) | set(predicted)
     if not keys:
         return 1.0
-    exact = _case_sensitive_keys(expected)
+    exact = exact_keys(expected)
     matching = sum(
         1 for key in expected
         if key in predicted and _normalise(key in exact, expected[key]) == _normalise(key in exact, predicted[key])
@@ -489,6 +569,20 @@ def _case_sensitive_keys(arguments: Mapping[str, Any]) -> frozenset[str]:
     return CASE_SENSITIVE_KEYS
 
 
+class _EveryKey:
+    """A key set holding every key: a pack's own tools compare text exactly."""
+
+    def __contains__(self, key: object) -> bool:
+        return True
+
+
+_EVERY_KEY = _EveryKey()
+
+
+def _every_key(arguments: Mapping[str, Any]) -> _EveryKey:
+    return _EVERY_KEY
+
+
 def _normalise(case_sensitive: bool, value: Any) -> Any:
     if isinstance(value, str):
         return value if case_sensitive else value.lower()
@@ -500,7 +594,7 @@ def _normalise(case_sensitive: bool, value: Any) -> Any:
     return text if case_sensitive else text.lower()
 
 
-def _argument_difference(expected: Sequence[ToolCall], calls: Sequence[ToolCall]) -> str:
+def _argument_difference(expected: Sequence[ToolCall], calls: Sequence[ToolCall], exact_keys: Any) -> str:
     """Name the first differing argument, for the reason line."""
     for want in expected:
         for call in calls:
@@ -511,14 +605,14 @@ def _argument_difference(expected: Sequence[ToolCall], calls: Sequence[ToolCall]
                     return f"{call.name}: missing argument '{key}'"
                 if key not in want.arguments:
                     return f"{call.name}: unexpected argument '{_clip(key, 60)}'"
-                exact = key in _case_sensitive_keys(want.arguments)
+                exact = key in exact_keys(want.arguments)
                 if _normalise(exact, want.arguments[key]) != _normalise(exact, call.arguments[key]):
                     return _clip(f"{call.name}: {key}={call.arguments[key]!r}, expected {want.arguments[key]!r}")
     return "arguments differ from the expected ones"
 
 
-def _extra_state_changes(task: Task, calls: Sequence[ToolCall]) -> str:
-    extra = Counter(c.name for c in calls if is_state_changing(c.name)) - Counter(c.name for c in task.expected)
+def _extra_state_changes(task: Task, calls: Sequence[ToolCall], state_changing: Any) -> str:
+    extra = Counter(c.name for c in calls if state_changing(c.name)) - Counter(c.name for c in task.expected)
     return ", ".join(sorted(extra))
 
 

@@ -12,10 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from appliance.errors import PackError
+from appliance.userworld.config import USER_WORLDS, check_world_table
 
 MANIFEST_FILE = "pack.toml"
 DEFAULT_MAX_TURNS = 6
-WORLDS = ("workbench", "none")
+# workbench: calls replay on appliance.world; none: nothing runs (scored elsewhere, e.g. BFCL);
+# arguments, python, mcp: a pack's own tools (appliance.userworld), configured in a table of that name.
+WORLDS = ("workbench", "none", *USER_WORLDS)
 REWARD_SCHEMES = ("binary", "shaped")
 # train: SFT's pool; train_rl: GRPO's pool (wordings and intents SFT never saw); dev: where settings are
 # chosen; val/test: reported held-out splits; gate: a fixed subset of test for the promotion gate.
@@ -47,6 +50,7 @@ _TOP_LEVEL: dict[str, tuple[type | tuple[type, ...], bool]] = {
     "source": (str, False),
     "splits": (dict, True),
     "unsafe": (list, False),
+    **{world: (dict, False) for world in USER_WORLDS},  # the world's own settings (appliance.userworld.config)
 }
 _TYPE_WORDS = {str: "a string", int: "an integer", dict: "a table", list: "an array of tables"}
 
@@ -125,6 +129,7 @@ def _check_values(manifest: dict[str, Any], text: str, where: str) -> None:
             raise _fail(where, text, key, f"'{key}' must be one of {_quoted(options)}, not '{manifest[key]}'.")
     _check_splits(manifest["splits"], text, where)
     _check_unsafe(manifest.get("unsafe", []), text, where)
+    check_world_table(manifest, text, where)
 
 
 def _check_splits(splits: dict[str, Any], text: str, where: str) -> None:

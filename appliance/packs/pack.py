@@ -20,6 +20,7 @@ from appliance.packs import validation_cache
 from appliance.packs.rows import RowRules, read_split
 from appliance.packs.tools import ToolIndex, read_tools
 from appliance.task import Task
+from appliance.userworld.config import check_world_references, world_files
 
 SUBSET_SPLIT = "gate"
 # WorkBench's tool domains (tool names start with `<domain>_`); the directory is shown with each.
@@ -110,10 +111,10 @@ class Pack:
         return next(number for number, task in self._split_rows[split] if task.id == task_id)
 
     def data_hash(self) -> str:
-        """sha256 over the manifest, the tools file and every split file, in split order."""
+        """sha256 over the manifest, the tools file, the world's module (python packs) and every split file."""
         digest = hashlib.sha256()
         tools_file = [self.manifest["tools"]] if "tools" in self.manifest else []
-        files = [MANIFEST_FILE, *tools_file, *self.manifest["splits"].values()]
+        files = [MANIFEST_FILE, *tools_file, *world_files(self.manifest), *self.manifest["splits"].values()]
         for file_name in files:
             digest.update(file_name.encode() + b"\0")
             digest.update((self.path / file_name).read_bytes() + b"\0")
@@ -165,8 +166,10 @@ def load_pack(name_or_path: str | Path, root: str | Path = "tasks") -> Pack:
     """Load and fully validate a pack by name (a folder under `root`) or by path."""
     path = resolve_pack_dir(name_or_path, root)
     manifest = read_manifest(path)
-    _check_unsafe_rule_names(manifest, path)
     tools = read_tools(path / manifest["tools"]) if "tools" in manifest else []
+    tool_names = [tool["function"]["name"] for tool in tools] if tools else None
+    _check_unsafe_rule_names(manifest, path, tool_names)
+    check_world_references(manifest, path, tool_names or ())
     index = ToolIndex(tools) if tools else None
     bfcl = manifest["scorer"] == "bfcl"
     split_rows = {}
@@ -182,13 +185,13 @@ def load_pack(name_or_path: str | Path, root: str | Path = "tasks") -> Pack:
     return Pack(path, manifest, tools, split_rows)
 
 
-def _check_unsafe_rule_names(manifest: dict[str, Any], path: Path) -> None:
+def _check_unsafe_rule_names(manifest: dict[str, Any], path: Path, tool_names: list[str] | None) -> None:
     try:
         from appliance.safety import validate_rules
     except ImportError:  # the verifier is optional for loading; its rule names are checked when present
         return
     try:
-        validate_rules(manifest["unsafe"])
+        validate_rules(manifest["unsafe"], tool_names)
     except PackError as error:
         manifest_file = path / MANIFEST_FILE
         line = line_of(manifest_file.read_text(encoding="utf-8"), "unsafe")
