@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import argparse
 
-from appliance.userworld.writer import new_pack
-
 
 def add_tasks_new(tasks_subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add `new` to `appliance tasks`' subcommands."""
@@ -39,6 +37,8 @@ def add_tasks_new(tasks_subparsers: argparse._SubParsersAction) -> argparse.Argu
 
 def cmd_tasks_new(args: argparse.Namespace) -> int:
     """Write the pack and say what to do next; PackError (one sentence) for what the person must fix."""
+    from appliance.userworld.writer import new_pack  # the pack machinery loads only when a pack is made
+
     made = new_pack(args.name, tools=args.tools, functions=args.functions, mcp=args.mcp, root=args.tasks_root,
                     state=args.state, reset_tool=args.reset_tool, state_tool=args.state_tool, seeds=args.seeds,
                     force=args.force)
