@@ -147,21 +147,33 @@ class FakeSamplingParams:
         self.__dict__.update(kwargs)
 
 
+class CharTokenizer:
+    """One id per character: enough to see which token ids reach the engine."""
+
+    def __call__(self, texts, add_special_tokens=True):
+        return {"input_ids": [[ord(c) for c in text] for text in texts]}
+
+
 class FakeUnslothModel:
-    """Unsloth's colocated model: fast_generate is vLLM's generate; load_lora makes a LoRARequest."""
+    """Unsloth's colocated model: `vllm_engine` is the engine, fast_generate its generate; load_lora a LoRARequest."""
 
     def __init__(self):
         self.calls = []
+        self.vllm_engine = self
+
+    def get_tokenizer(self):
+        return CharTokenizer()
 
     def load_lora(self, path, load_tensors=False):
         return ("lora", path, load_tensors)
 
-    def fast_generate(self, prompts, sampling_params=None, lora_request=None):
+    def fast_generate(self, prompts, sampling_params=None, lora_request=None, use_tqdm=True):
         self.calls.append((prompts, sampling_params, lora_request))
         return [
             FakeRequestOutput(
-                prompt_token_ids=list(range(len(prompt))),
-                outputs=[FakeCompletion(f"{prompt}-{i}", [5] * (i + 1), "length" if i else "stop") for i in range(sampling_params.n)],
+                prompt_token_ids=prompt["prompt_token_ids"],
+                outputs=[FakeCompletion(f"{''.join(map(chr, prompt['prompt_token_ids']))}-{i}", [5] * (i + 1),
+                                        "length" if i else "stop") for i in range(sampling_params.n)],
             )
             for prompt in prompts
         ]
@@ -181,7 +193,9 @@ def test_vllm_generator_reuses_an_unsloth_engine_with_its_adapter(fake_vllm, tmp
     assert isinstance(generator, VLLMGenerator) and "reusing" in reason
     results = generator.generate(["ab", "cde"], n=2, temperature=0.8, top_p=0.9, max_new_tokens=32, stop=["\n\n"], seed=3)
     [(prompts, params, lora)] = engine.calls
-    assert prompts == ["ab", "cde"] and lora == ("lora", str(tmp_path / "step-10"), True)
+    # Token ids, not text (vLLM would add special tokens); the checkpoint's own files, not live tensors.
+    assert prompts == [{"prompt_token_ids": [97, 98]}, {"prompt_token_ids": [99, 100, 101]}]
+    assert lora == ("lora", str(tmp_path / "step-10"), False)
     assert (params.n, params.temperature, params.top_p, params.max_tokens, params.stop, params.seed) == (2, 0.8, 0.9, 32, ["\n\n"], 3)
     assert texts(results) == [["ab-0", "ab-1"], ["cde-0", "cde-1"]]
     assert [s.finish_reason for s in results[1]] == ["stop", "length"]
