@@ -5,7 +5,7 @@
     ws.query("SELECT step, avg(reward) FROM rollouts GROUP BY step")
     duckdb -readonly runs/appliance.duckdb   # the same views, from a shell
 
-Tables and columns: appliance/store/schema.py. Reward components are a
+Tables, views and columns: appliance/store/schema.py. Reward components are a
 MAP(VARCHAR, DOUBLE) column: `components['right_tool']`.
 
 Concurrency: writers append immutable parquet parts (temp file, fsync, atomic
@@ -17,8 +17,8 @@ the swap fails with a missing-file IO error (never wrong rows): `Workspace.query
 retries it, other readers should retry too.
 """
 from appliance.errors import StoreError
-from appliance.store.schema import SCHEMA_VERSION, TABLES
+from appliance.store.schema import SCHEMA_VERSION, TABLES, VIEWS
 from appliance.store.workspace import Workspace
 from appliance.store.writer import RunWriter
 
-__all__ = ["RunWriter", "SCHEMA_VERSION", "StoreError", "TABLES", "Workspace"]
+__all__ = ["RunWriter", "SCHEMA_VERSION", "StoreError", "TABLES", "VIEWS", "Workspace"]

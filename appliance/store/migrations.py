@@ -14,6 +14,7 @@ Version history:
   0  a workspace made before versioning: views but no schema_version table and no seed parts.
   1  seed parts (one empty file per table) so every view works before the first append.
   2  runs and evals name their `owner` process, so a killed one's `running` row can be failed.
+  3  the flywheel's `trajectories` and `trajectory_triage` tables, and the derived VIEWS over them.
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ import duckdb
 
 from appliance.errors import StoreError
 from appliance.store import compaction, parts
-from appliance.store.schema import SCHEMA_VERSION, TABLES, comment_sql, view_sql
+from appliance.store.schema import SCHEMA_VERSION, TABLES, VIEWS, comment_sql, derived_view_sql, view_sql
 
 
 def seed_folder(data_dir: Path, table: str) -> Path:
@@ -70,12 +71,12 @@ def _v0_to_v1(data_dir: Path) -> None:
 
 
 def _nothing_to_move(data_dir: Path) -> None:
-    """A new column only: upgrade() rewrites the parts that lack it."""
+    """New columns or tables only: upgrade() rewrites the parts that lack a column and seeds new tables."""
 
 
 # MIGRATIONS[v] upgrades the parquet data of a v workspace to v + 1, in place and idempotently. Steps only
 # need to move or rename things: upgrade() then rewrites every part whose columns differ from the schema.
-MIGRATIONS: dict[int, Callable[[Path], None]] = {0: _v0_to_v1, 1: _nothing_to_move}
+MIGRATIONS: dict[int, Callable[[Path], None]] = {0: _v0_to_v1, 1: _nothing_to_move, 2: _nothing_to_move}
 
 
 def upgrade(data_dir: Path, staging_parent: Path, from_version: int) -> None:
@@ -149,6 +150,11 @@ def create_views(con: duckdb.DuckDBPyConnection, data_dir: Path, with_comments: 
         con.execute(view_sql(table, parts_glob(data_dir, name)))
         if with_comments:
             for statement in comment_sql(table):
+                con.execute(statement)
+    for view in VIEWS.values():
+        con.execute(derived_view_sql(view))
+        if with_comments:
+            for statement in comment_sql(view):
                 con.execute(statement)
 
 

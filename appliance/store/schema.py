@@ -9,10 +9,14 @@ Column kinds and how they look in SQL:
   ts                      TIMESTAMP WITH TIME ZONE (UTC); accepts datetime, epoch seconds or ISO text
   json                    JSON; pass Python values (dict, list, str, number), the store encodes them
   components              MAP(VARCHAR, DOUBLE), reward component by name: `components['right_tool']`
+  list                    VARCHAR[], names: `list_contains(failure_modes, 'hallucinated_api')`
 
 Tables that describe a thing whose state changes (runs, evals, checkpoints) are
 "versioned": an update is a new partial row with the key and the changed
 columns, and the view shows, per key, the newest non-NULL value of each column.
+
+VIEWS are computed from the tables (they have no parts of their own), e.g.
+`failure_modes_by_adapter`: the flywheel's failure modes per adapter version.
 """
 from __future__ import annotations
 
@@ -20,7 +24,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 # A hidden ordering column on versioned tables: nanoseconds since the epoch at append time.
 VERSION_COLUMN = "_version"
@@ -33,6 +37,7 @@ _ARROW_TYPES = {
     "ts": pa.timestamp("us", tz="UTC"),
     "json": pa.string(),  # JSON text on disk; the view casts it to DuckDB's JSON type
     "components": pa.map_(pa.string(), pa.float64()),
+    "list": pa.list_(pa.string()),
 }
 
 # Columns filled with the append time when a row leaves them out.
@@ -214,6 +219,125 @@ TABLES: dict[str, Table] = {t.name: t for t in (
               Column("message", "str", "one human line"),
               Column("created_at", "ts", "when it was raised"),
           )),
+    Table("trajectories", "One row per agent trajectory: a request served by `appliance serve` (its messages "
+          "and the answer) or one line of an imported OpenAI chat-format JSONL file (appliance/flywheel).",
+          partition_by="source_id", columns=(
+              Column("id", "str", "trajectory id: the chat completion id when served, the line's id (or a hash "
+                     "of the line) when imported", required=True),
+              Column("source_id", "str", "the serve session (serve-...) or import (import-...) that stored it",
+                     required=True),
+              Column("source", "str", "served | imported"),
+              Column("conversation_id", "str", "requests that continue one conversation share it; triage "
+                     "judges the longest"),
+              Column("file", "str", "imported: the file it came from"),
+              Column("line", "int", "imported: its line number in that file"),
+              Column("model", "str", "base model served, or the model an imported trajectory names"),
+              Column("adapter", "str", "adapter folder served (NULL: the base model, or not known)"),
+              Column("adapter_version", "str", "checkpoint id of the adapter (<run>/step-NNNNN), 'base' for the "
+                     "base model alone, NULL when not known"),
+              Column("pack", "str", "task pack it was served for or belongs to"),
+              Column("task_id", "str", "pack task it attempts, when known (triage also matches the request text)"),
+              Column("messages", "json", "OpenAI chat messages, the final assistant message included"),
+              Column("tools", "json", "OpenAI tools offered to the model"),
+              Column("completion", "str", "served: the model's raw output text"),
+              Column("finish_reason", "str", "stop | length | tool_calls"),
+              Column("outcome", "str", "reported outcome: success | failure | partial | unknown"),
+              Column("feedback", "json", "human feedback as given (a rating, a comment, an object)"),
+              Column("human_intervention", "bool", "a person stepped in during the trajectory"),
+              Column("intervention", "json", "what the person did, when the file says"),
+              Column("latency_s", "float", "seconds from receiving the request to answering it (served)"),
+              Column("prompt_tokens", "int", "prompt length in tokens"),
+              Column("completion_tokens", "int", "completion length in tokens"),
+              Column("metadata", "json", "request parameters (served); the line's other fields (imported)"),
+              Column("created_at", "ts", "when it was served or imported"),
+          )),
+    Table("trajectory_triage", "One row per trajectory per `appliance trajectories triage`: its failure "
+          "modes, and the verifier's verdict when it matched a pack task.",
+          partition_by="triage_id", columns=(
+              Column("triage_id", "str", "the triage run (triage-...)", required=True),
+              Column("trajectory_id", "str", "trajectories.id of the row judged", required=True),
+              Column("conversation_id", "str", "its conversation (the trajectory id when it has none)"),
+              Column("pack", "str", "pack it was judged against"),
+              Column("task_id", "str", "pack task matched (NULL: none, so no verifier buckets)"),
+              Column("replayed", "bool", "its calls were executed in the pack's world"),
+              Column("n_calls", "int", "tool calls the trajectory made"),
+              Column("failure_modes", "list", "every failure mode found (appliance.flywheel.triage.FAILURE_MODES)"),
+              Column("primary_mode", "str", "the first failure mode, else success (verified) or unverified"),
+              Column("reasons", "json", "failure mode -> one human line"),
+              *_verdict_columns(),
+              Column("created_at", "ts", "when it was judged"),
+          )),
+)}
+
+
+@dataclass(frozen=True)
+class View:
+    """A view computed from the tables: `sql` is its SELECT; `columns` documents its columns, in order."""
+
+    name: str
+    doc: str
+    sql: str
+    columns: tuple[tuple[str, str], ...]
+
+    @property
+    def column_names(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.columns)
+
+
+_TRAJECTORY_FAILURES_SQL = """
+WITH latest AS (
+    SELECT * FROM trajectory_triage
+    QUALIFY row_number() OVER (PARTITION BY conversation_id ORDER BY created_at DESC, triage_id DESC) = 1
+)
+SELECT l.trajectory_id, t.source, coalesce(t.model, 'unknown') AS model,
+       coalesce(t.adapter_version, 'unknown') AS adapter_version, coalesce(l.pack, t.pack, '') AS pack,
+       l.task_id, mode AS failure_mode, mode = l.primary_mode AS is_primary,
+       json_extract_string(l.reasons, '$.' || mode) AS reason, t.outcome, l.triage_id, l.created_at AS triaged_at
+FROM latest l JOIN trajectories t ON t.id = l.trajectory_id,
+     unnest(CASE WHEN len(l.failure_modes) = 0 THEN [l.primary_mode] ELSE l.failure_modes END) AS modes(mode)
+"""
+
+_FAILURE_MODES_BY_ADAPTER_SQL = """
+WITH per_mode AS (
+    SELECT model, adapter_version, pack, failure_mode, count(DISTINCT trajectory_id) AS trajectories
+    FROM trajectory_failures GROUP BY ALL
+), totals AS (
+    SELECT model, adapter_version, pack, count(DISTINCT trajectory_id) AS judged
+    FROM trajectory_failures GROUP BY ALL
+)
+SELECT p.model, p.adapter_version, p.pack, p.failure_mode, p.trajectories, t.judged,
+       p.trajectories / t.judged AS share
+FROM per_mode p JOIN totals t USING (model, adapter_version, pack)
+ORDER BY p.model, p.adapter_version, p.pack, p.trajectories DESC, p.failure_mode
+"""
+
+# In dependency order: a view may read the ones before it.
+VIEWS: dict[str, View] = {v.name: v for v in (
+    View("trajectory_failures", "One row per failure mode of each conversation's latest triage (a trajectory "
+         "with none has one row: success or unverified).", _TRAJECTORY_FAILURES_SQL, columns=(
+             ("trajectory_id", "trajectories.id"),
+             ("source", "served | imported"),
+             ("model", "base model ('unknown' when not known)"),
+             ("adapter_version", "adapter checkpoint id, 'base', or 'unknown'"),
+             ("pack", "pack it was judged against"),
+             ("task_id", "pack task matched, if any"),
+             ("failure_mode", "one failure mode (or success / unverified)"),
+             ("is_primary", "it is the trajectory's primary mode"),
+             ("reason", "one human line"),
+             ("outcome", "the outcome the trajectory reported"),
+             ("triage_id", "the triage run that judged it"),
+             ("triaged_at", "when it was judged"),
+         )),
+    View("failure_modes_by_adapter", "Failure modes per adapter version: how many judged trajectories show each.",
+         _FAILURE_MODES_BY_ADAPTER_SQL, columns=(
+             ("model", "base model"),
+             ("adapter_version", "adapter checkpoint id, 'base', or 'unknown'"),
+             ("pack", "pack judged against"),
+             ("failure_mode", "failure mode (or success / unverified)"),
+             ("trajectories", "trajectories showing it"),
+             ("judged", "trajectories judged for this model, adapter version and pack"),
+             ("share", "trajectories / judged"),
+         )),
 )}
 
 
@@ -246,9 +370,14 @@ def view_sql(table: Table, parts_glob: str) -> str:
             f"FROM {source} GROUP BY {_ident(table.key)}")
 
 
-def comment_sql(table: Table) -> list[str]:
-    """COMMENT ON statements so `duckdb_views()` / `duckdb_columns()` document the tables."""
+def derived_view_sql(view: View) -> str:
+    return f"CREATE OR REPLACE VIEW {_ident(view.name)} AS {view.sql.strip()}"
+
+
+def comment_sql(table: Table | View) -> list[str]:
+    """COMMENT ON statements so `duckdb_views()` / `duckdb_columns()` document the tables and views."""
+    columns = table.columns if isinstance(table, View) else [(c.name, c.doc) for c in table.columns]
     statements = [f"COMMENT ON VIEW {_ident(table.name)} IS {_quote(table.doc)}"]
-    statements += [f"COMMENT ON COLUMN {_ident(table.name)}.{_ident(c.name)} IS {_quote(c.doc)}"
-                   for c in table.columns]
+    statements += [f"COMMENT ON COLUMN {_ident(table.name)}.{_ident(name)} IS {_quote(doc)}"
+                   for name, doc in columns]
     return statements

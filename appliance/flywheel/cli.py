@@ -1,0 +1,54 @@
+"""The flywheel's commands: `appliance serve`.
+
+`add_serve(sub)` adds the parser (its flags are ServeConfig's fields, help and
+defaults included); `cmd_serve(args)` handles it, like the handlers in appliance.commands.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import MISSING, fields
+from typing import Any
+
+from appliance.errors import ApplianceError
+
+
+def add_serve(sub: argparse._SubParsersAction) -> None:
+    from appliance.cli import _common
+    from appliance.flywheel.serve import ServeConfig
+
+    p = sub.add_parser("serve", help="an OpenAI-compatible chat endpoint for the promoted adapter; every "
+                                     "request is stored as a trajectory")
+    for spec in fields(ServeConfig):
+        flag = "--" + spec.name.replace("_", "-")
+        default = spec.default if spec.default is not MISSING else None
+        shown = "" if default is None or isinstance(default, bool) else f" (default: {default})"
+        if default is False:
+            p.add_argument(flag, dest=spec.name, action="store_true", help=spec.metadata["help"])
+        elif default is True:
+            p.add_argument(flag, dest=spec.name, action=argparse.BooleanOptionalAction, default=True,
+                           help=spec.metadata["help"])
+        else:
+            kind = type(default) if default is not None else str
+            p.add_argument(flag, dest=spec.name, type=kind, default=default, help=spec.metadata["help"] + shown,
+                           metavar=spec.name.upper())
+    _common(p)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from appliance.flywheel.serve import ServeConfig, serve
+
+    config = ServeConfig(**{spec.name: getattr(args, spec.name) for spec in fields(ServeConfig)})
+    if not 0 <= config.port <= 65535:
+        raise ApplianceError(f"--port must be from 0 to 65535, not {config.port}.")
+    if config.max_new_tokens < 1:
+        raise ApplianceError(f"--max-new-tokens must be at least 1, not {config.max_new_tokens}.")
+    serve(config, workspace=_workspace(args), tasks_root=args.tasks_root,
+          echo=lambda line: print(line, file=sys.stderr, flush=True))
+    return 0
+
+
+def _workspace(args: argparse.Namespace) -> Any:
+    from appliance.store import Workspace
+
+    return Workspace.open(args.workspace)
