@@ -154,6 +154,7 @@ def test_the_agent_loop_runs_against_the_workplace_world_through_the_endpoint(
         tiny_model_dir, tiny_tokenizer, ws, running, tmp_path):
     from appliance.evaluate.agent import Trajectory, run_trajectories
     from appliance.evaluate.scoring import make_scorer
+    from appliance.flywheel.trajectories import import_trajectories
     from appliance.prompting import render_completion
     from appliance.world import World
 
@@ -189,7 +190,12 @@ def test_the_agent_loop_runs_against_the_workplace_world_through_the_endpoint(
     _, rows = ws.query("SELECT adapter_version, pack, count(DISTINCT conversation_id), count(*), "
                        "list(finish_reason ORDER BY created_at) FROM trajectories GROUP BY ALL")
     assert rows == [("base", PACK, 1, 3, ["tool_calls", "tool_calls", "stop"])]
+
+    # The served log is the import format: it imports elsewhere, and here every id is already stored.
     assert len(log.read_text().splitlines()) == 3
+    assert import_trajectories(log, ws).skipped == 3
+    elsewhere = Workspace.open(tmp_path / "elsewhere")
+    assert import_trajectories(log, elsewhere).imported == 3
 
 
 def test_openai_shaped_tool_calls_and_results_reach_the_prompt(tiny_model_dir, tiny_tokenizer, ws, running):

@@ -1,7 +1,8 @@
-"""The flywheel's commands: `appliance serve`.
+"""The flywheel's commands: `appliance serve` and `appliance trajectories import`.
 
-`add_serve(sub)` adds the parser (its flags are ServeConfig's fields, help and
-defaults included); `cmd_serve(args)` handles it, like the handlers in appliance.commands.
+`add_serve(sub)` and `add_trajectories(sub)` add the parsers (serve's flags are
+ServeConfig's fields, help and defaults included); `cmd_serve(args)` and
+`cmd_trajectories(args)` handle them, like the handlers in appliance.commands.
 """
 from __future__ import annotations
 
@@ -35,6 +36,22 @@ def add_serve(sub: argparse._SubParsersAction) -> None:
     _common(p)
 
 
+def add_trajectories(sub: argparse._SubParsersAction) -> None:
+    from appliance.cli import _common, _format, text_file
+
+    group = sub.add_parser("trajectories", help="import agent trajectories (OpenAI chat JSONL)")
+    tsub = group.add_subparsers(dest="traj_cmd", required=True, metavar="{import}")
+    p = tsub.add_parser("import", help="store a JSONL file of OpenAI chat trajectories (all lines or none)")
+    p.add_argument("file", type=text_file,
+                   help="one trajectory per line: {messages, tools?, outcome?, feedback?, human_intervention?, ...} "
+                        "(format: appliance/flywheel/trajectories.py)")
+    p.add_argument("--pack", default=None, help="pack of the lines that name none")
+    p.add_argument("--model", default=None, help="model of the lines that name none")
+    p.add_argument("--adapter-version", default=None, help="adapter version of the lines that name none")
+    _format(p, "the import summary")
+    _common(p)
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from appliance.flywheel.serve import ServeConfig, serve
 
@@ -46,6 +63,21 @@ def cmd_serve(args: argparse.Namespace) -> int:
     serve(config, workspace=_workspace(args), tasks_root=args.tasks_root,
           echo=lambda line: print(line, file=sys.stderr, flush=True))
     return 0
+
+
+def cmd_trajectories(args: argparse.Namespace) -> int:
+    from appliance import report
+
+    workspace = _workspace(args)
+    if args.traj_cmd == "import":
+        from appliance.flywheel.trajectories import import_trajectories
+
+        summary = import_trajectories(args.file, workspace, pack=args.pack, model=args.model,
+                                      adapter_version=args.adapter_version)
+        report.print_fields({"import_id": summary.import_id, "file": summary.file, "imported": summary.imported,
+                             "skipped (stored before, or repeated)": summary.skipped}, fmt=args.format)
+        return 0
+    raise ApplianceError(f"unknown trajectories command {args.traj_cmd!r}.")
 
 
 def _workspace(args: argparse.Namespace) -> Any:
