@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
 TORCH_PIP_ARGS ?=
 
-.PHONY: setup run test test-fast docs-check bench clean-venv
+.PHONY: setup run test test-fast docs-check bench clean-venv contract
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -35,6 +35,13 @@ test-fast: setup
 # checks on every `make test` that each command the README prints still parses.
 docs-check: setup
 	$(PY) tests/readme_tour.py
+
+# The GPU path's pinned libraries (trl 1.15, unsloth, unsloth_zoo, vllm) checked on a CPU: our configs build
+# in trl 1.15 and keep our values, our vLLM/Unsloth calls match their sources, and the Unsloth behaviours we
+# rely on are still there. Builds .venv-contract once (tests/contract/make_venv.py), then runs tests/contract.
+contract:
+	TORCH_PIP_ARGS="$(TORCH_PIP_ARGS)" $(PYTHON) tests/contract/make_venv.py .venv-contract
+	APPLIANCE_CONTRACT=1 .venv-contract/bin/python -m pytest -q -p no:cacheprovider tests/contract
 
 bench: setup
 	$(PY) bench/run_all.py
