@@ -155,6 +155,7 @@ def test_the_agent_loop_runs_against_the_workplace_world_through_the_endpoint(
     from appliance.evaluate.agent import Trajectory, run_trajectories
     from appliance.evaluate.scoring import make_scorer
     from appliance.flywheel.trajectories import import_trajectories
+    from appliance.flywheel.triage import triage
     from appliance.prompting import render_completion
     from appliance.world import World
 
@@ -191,11 +192,17 @@ def test_the_agent_loop_runs_against_the_workplace_world_through_the_endpoint(
                        "list(finish_reason ORDER BY created_at) FROM trajectories GROUP BY ALL")
     assert rows == [("base", PACK, 1, 3, ["tool_calls", "tool_calls", "stop"])]
 
+    summary = triage(ws, tasks_root=TASKS)
+    assert summary.judged == 1 and summary.modes == {"success": 1}  # one conversation, judged on its longest
+    _, rows = ws.query("SELECT adapter_version, failure_mode, trajectories, share FROM failure_modes_by_adapter")
+    assert rows == [("base", "success", 1, 1.0)]
+
     # The served log is the import format: it imports elsewhere, and here every id is already stored.
     assert len(log.read_text().splitlines()) == 3
     assert import_trajectories(log, ws).skipped == 3
     elsewhere = Workspace.open(tmp_path / "elsewhere")
     assert import_trajectories(log, elsewhere).imported == 3
+    assert triage(elsewhere, tasks_root=TASKS).modes == {"success": 1}
 
 
 def test_openai_shaped_tool_calls_and_results_reach_the_prompt(tiny_model_dir, tiny_tokenizer, ws, running):

@@ -1,4 +1,4 @@
-"""The flywheel's commands: `appliance serve` and `appliance trajectories import`.
+"""The flywheel's commands: `appliance serve` and `appliance trajectories import|triage`.
 
 `add_serve(sub)` and `add_trajectories(sub)` add the parsers (serve's flags are
 ServeConfig's fields, help and defaults included); `cmd_serve(args)` and
@@ -39,8 +39,9 @@ def add_serve(sub: argparse._SubParsersAction) -> None:
 def add_trajectories(sub: argparse._SubParsersAction) -> None:
     from appliance.cli import _common, _format, text_file
 
-    group = sub.add_parser("trajectories", help="import agent trajectories (OpenAI chat JSONL)")
-    tsub = group.add_subparsers(dest="traj_cmd", required=True, metavar="{import}")
+    group = sub.add_parser("trajectories", help="import agent trajectories (OpenAI chat JSONL) and triage their "
+                                                "failure modes")
+    tsub = group.add_subparsers(dest="traj_cmd", required=True, metavar="{import,triage}")
     p = tsub.add_parser("import", help="store a JSONL file of OpenAI chat trajectories (all lines or none)")
     p.add_argument("file", type=text_file,
                    help="one trajectory per line: {messages, tools?, outcome?, feedback?, human_intervention?, ...} "
@@ -49,6 +50,14 @@ def add_trajectories(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", default=None, help="model of the lines that name none")
     p.add_argument("--adapter-version", default=None, help="adapter version of the lines that name none")
     _format(p, "the import summary")
+    _common(p)
+    p = tsub.add_parser("triage", help="judge stored trajectories: replay and verify where the pack has a world, "
+                                       "bucket failure modes; prints them per adapter version")
+    p.add_argument("--pack", default=None, help="pack of the trajectories that name none")
+    p.add_argument("--source", default=None, help="only one serve session or import (its source_id)")
+    p.add_argument("--all", dest="everything", action="store_true",
+                   help="judge every trajectory again, not only those not judged yet")
+    _format(p, "the failure modes per adapter version")
     _common(p)
 
 
@@ -76,6 +85,18 @@ def cmd_trajectories(args: argparse.Namespace) -> int:
                                       adapter_version=args.adapter_version)
         report.print_fields({"import_id": summary.import_id, "file": summary.file, "imported": summary.imported,
                              "skipped (stored before, or repeated)": summary.skipped}, fmt=args.format)
+        return 0
+    if args.traj_cmd == "triage":
+        from appliance.flywheel.triage import triage
+
+        summary = triage(workspace, pack=args.pack, tasks_root=args.tasks_root, everything=args.everything,
+                         source_id=args.source)
+        for note in summary.notes:
+            print(f"note: {note}", file=sys.stderr)
+        print(f"judged {summary.judged} trajectories (triage {summary.triage_id}).", file=sys.stderr)
+        columns, rows = workspace.query("SELECT * FROM failure_modes_by_adapter")
+        report.print_records(columns, rows, fmt=args.format, title="failure modes per adapter version",
+                             empty="no trajectories have been judged yet; import some or serve requests first.")
         return 0
     raise ApplianceError(f"unknown trajectories command {args.traj_cmd!r}.")
 
