@@ -1,6 +1,7 @@
 """`appliance doctor`: hardware, library versions, and which backends will be used.
 
-`collect()` is cheap and safe everywhere (it never imports vLLM or Unsloth).
+`collect()` is cheap and safe everywhere (it never imports vLLM or Unsloth; it
+reads the unsloth backend's memory rule, which is plain arithmetic).
 `gpu_smoke()` runs the GPU self-check parts, each in its own child process so a
 CUDA crash in one part cannot hide the others' results (see gpu_smoke.py).
 """
@@ -62,8 +63,28 @@ def collect() -> dict[str, Any]:
     gen_backend, gen_reason = choose_backend("auto")
     info["train_backend"] = f"{train_backend} ({train_reason})"
     info["generation_backend"] = f"{gen_backend} ({gen_reason})"
+    info["vllm_gpu_memory_utilization"] = _gpu_memory_utilization_in_force(_vram_total_bytes())
     info["version_warnings"] = check_versions() or ["none"]
     return info
+
+
+def _vram_total_bytes() -> int | None:
+    try:
+        import torch
+    except ImportError:
+        return None
+    return int(torch.cuda.mem_get_info(0)[1]) if torch.cuda.is_available() else None
+
+
+def _gpu_memory_utilization_in_force(total_vram_bytes: int | None) -> str:
+    """What a GRPO run with the default config gives the colocated vLLM engine on this GPU, and why."""
+    from appliance.train.config import TrainConfig
+    from appliance.train.unsloth_backend import gpu_memory_utilization_in_force
+
+    if total_vram_bytes is None:
+        return "not used (no CUDA GPU: no vLLM engine)"
+    value, why = gpu_memory_utilization_in_force(TrainConfig(stage="grpo"), total_vram_bytes)
+    return f"{value} ({why})"
 
 
 def gpu_smoke(part: str = "all") -> int:

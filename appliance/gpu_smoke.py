@@ -101,6 +101,7 @@ def part_unsloth(work: Path) -> None:
     from vllm import SamplingParams
 
     from appliance.tiny import save_tiny_model
+    from appliance.train.unsloth_backend import _keep_vllm_scratch_in
 
     model_dir = save_tiny_model(work / "tiny", **TINY)
     t0 = time.perf_counter()
@@ -112,6 +113,7 @@ def part_unsloth(work: Path) -> None:
                                                    "gate_proj", "up_proj", "down_proj"],
         use_gradient_checkpointing="unsloth", random_state=0)
     _print("unsloth_load_s", round(time.perf_counter() - t0, 2))
+    _keep_vllm_scratch_in(model, work / "vllm_lora")  # the trainer's ./vllm_gen_lora, out of the cwd
     timer = _step_timer()
     args = _grpo_args(work / "unsloth", use_vllm=True, vllm_mode="colocate", importance_sampling_level="token")
     trainer = GRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=[_length_reward], args=args,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from ..errors import ApplianceError
@@ -26,6 +27,10 @@ class Backend(Protocol):
     name: str
     supports_multi_turn: bool  # whether make_grpo_trainer takes `episodes` (packs with max_turns > 1)
     supports_screening: bool  # whether task_selection=uncertain can score tasks with the training model
+    # Optional (read with getattr by common.py): `kl_reference` ("start": with beta > 0 the KL term is
+    # against the starting adapter, TRL's rule; "base": against the base model), `settings_in_force(config)`
+    # (settings the backend replaces, as the run gets them) and `memory_knobs(config)` (settings to name
+    # in out-of-memory advice besides the run's sizes).
 
     def load_for_training(self, config: "TrainConfig") -> tuple[Any, Any]:
         """Return (peft_model, tokenizer): the base model with a trainable LoRA (new or from init_adapter)."""
@@ -97,14 +102,77 @@ def build_sft_trainer(model: Any, tokenizer: Any, dataset: Any, args: dict[str, 
                       callbacks=callbacks)
 
 
+class RenderedPromptIds:
+    """GRPOTrainer mixin: a text prompt's token ids are `tokenizer(text, add_special_tokens=False)`.
+
+    Our prompts are rendered chat templates that already begin with the BOS; TRL tokenizes text
+    prompts with special tokens (trl 1.15 grpo_trainer.py:1716, 1.16 :1758), which doubles the BOS
+    for tokenizers that add one, and the ids it builds are what vLLM samples from
+    (trl/generation/vllm_generation.py:716). Eval (generate/hf.py, generate/vllm.py), the CPU rollout
+    and TRL's SFT tokenization (sft_trainer.py:438, :445) already follow this rule.
+    """
+
+    def _tokenize_prompts(self, prompts: list):  # signature of trl 1.15 grpo_trainer.py:1642
+        if prompts and all(isinstance(prompt, str) for prompt in prompts):
+            ids = self.processing_class(text=list(prompts), add_special_tokens=False)["input_ids"]
+            return ids, None, {}
+        return super()._tokenize_prompts(prompts)  # conversational prompts: TRL's chat-template path
+
+
 def build_grpo_trainer(model: Any, tokenizer: Any, dataset: Any, args: dict[str, Any],
                        reward_funcs: list[Callable], callbacks: list[Any], trainer_mixin: type | None = None,
                        rollout_func: Callable | None = None) -> Any:
     """TRL's GRPOTrainer (our mixin first in the MRO when given) from GRPOConfig kwargs."""
     from trl import GRPOConfig, GRPOTrainer
 
-    trainer_cls = GRPOTrainer if trainer_mixin is None else type(
-        "ApplianceGRPOTrainer", (trainer_mixin, GRPOTrainer), {})
+    bases = (*([trainer_mixin] if trainer_mixin is not None else []), RenderedPromptIds, GRPOTrainer)
+    trainer_cls = type("ApplianceGRPOTrainer", bases, {})
     extra = {} if rollout_func is None else {"rollout_func": rollout_func}
     return trainer_cls(model=model, reward_funcs=reward_funcs, args=GRPOConfig(**args), train_dataset=dataset,
                        processing_class=tokenizer, callbacks=callbacks, **extra)
+
+
+# ---------------------------------------------------------------- starting from an adapter
+
+def adapter_key_mismatch(model: Any, adapter_dir: str | Path) -> tuple[list[str], list[str]]:
+    """(missing, unexpected): the model's LoRA tensors the folder lacks, and the folder's that fit no module.
+
+    Keys are compared as PEFT saves them (`get_peft_model_state_dict`, adapter name removed), so
+    the check does not depend on how the weights were loaded.
+    """
+    from peft import get_peft_model_state_dict
+    from safetensors import safe_open
+
+    with safe_open(str(Path(adapter_dir) / "adapter_model.safetensors"), framework="pt") as handle:
+        saved = set(handle.keys())
+    expected = set(get_peft_model_state_dict(model))
+    return sorted(expected - saved), sorted(saved - expected)
+
+
+def check_adapter_loaded(model: Any, adapter_dir: str | Path) -> None:
+    """Raise unless every LoRA tensor of `model` came from `adapter_dir` and every tensor there was used.
+
+    PEFT loads with strict=False (peft utils/save_and_load.py:649) and warns at most, so an adapter
+    from another model, or with renamed keys, would otherwise start training from a fresh LoRA.
+    """
+    missing, unexpected = adapter_key_mismatch(model, adapter_dir)
+    if missing or unexpected:
+        parts = []
+        if unexpected:
+            parts.append(f"{len(unexpected)} of its tensors fit no LoRA module of the model (first: {unexpected[0]})")
+        if missing:
+            parts.append(f"{len(missing)} of the model's LoRA tensors are not in it (first: {missing[0]})")
+        raise ApplianceError(f"The adapter {adapter_dir} does not fit this model: {'; '.join(parts)}. "
+                             f"Start from an adapter trained on the same base model.")
+
+
+def load_adapter_weights(model: Any, adapter_dir: str | Path) -> None:
+    """Copy a PEFT folder's LoRA tensors into `model`'s LoRA of the same shape, refusing a partial fit."""
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    check_adapter_loaded(model, adapter_dir)  # the keys first: nothing is half-loaded
+    result = set_peft_model_state_dict(model, load_file(str(Path(adapter_dir) / "adapter_model.safetensors")))
+    if result.unexpected_keys:  # peft's own remapping disagreed with get_peft_model_state_dict
+        raise ApplianceError(f"The adapter {adapter_dir} does not fit this model: {len(result.unexpected_keys)} of "
+                             f"its tensors were not used (first: {result.unexpected_keys[0]}).")

@@ -58,6 +58,8 @@ class RunContext:
     checkpoint_points: list[dict[str, Any]] = field(default_factory=list)
     saved: list[registry.Checkpoint] = field(default_factory=list)
     alarmed: bool = False
+    # Settings the backend actually uses where they differ from, or add to, the config (settings_in_force).
+    in_force: dict[str, Any] = field(default_factory=dict)
 
     @property
     def trainer_dir(self) -> Path:
@@ -84,10 +86,13 @@ class RunContext:
         return None
 
     def _eval_context(self, model: Any) -> dict[str, Any]:
-        """on_eval's keyword arguments: this run's id, and the colocated vLLM engine (Unsloth's
-        `fast_generate`) when there is one, so a held-out eval never starts a second engine."""
+        """on_eval's keyword arguments: this run's id, and the model when it carries a colocated vLLM
+        engine, so a held-out eval never starts a second one. An Unsloth model loaded without vLLM
+        (SFT) has `fast_generate` too, but no engine (appliance.generate.vllm.colocated_engine)."""
+        from ..generate.vllm import colocated_engine
+
         context: dict[str, Any] = {"run_id": self.run_id}
-        if hasattr(model, "fast_generate"):
+        if colocated_engine(model) is not None:
             context["engine"] = model
         return context
 
@@ -96,8 +101,8 @@ class RunContext:
         manifest = {
             "run_id": self.run_id, "step": step, "stage": self.config.stage, "base_model": self.base_model,
             "pack": {"name": self.pack.name, "data_hash": self.pack.data_hash()},
-            "config": self.config.to_dict(), "parent": self.parent_id(),
-            "metrics": {"train": train_metrics},
+            "config": self.config.to_dict(), **({"in_force": self.in_force} if self.in_force else {}),
+            "parent": self.parent_id(), "metrics": {"train": train_metrics},
         }
         with tempfile.TemporaryDirectory(prefix="adapter-", dir=self.run_dir) as tmp:
             self.backend.save_adapter(model, tmp)
@@ -191,18 +196,27 @@ def resumed_config(config: TrainConfig) -> TrainConfig:
     return dataclasses.replace(saved, resume_from=config.resume_from, steps=max(saved.steps, config.steps))
 
 
+IN_FORCE_FILE = "in_force.json"
+
+
 def start_run(config: TrainConfig, stage: str, sink: EventSink, pack: Any = None,
               workspace: Any = None) -> RunContext:
     """Create (or reopen, for --resume) the run: folder, config, store rows, backend, pack."""
-    _quiet_libraries()
     resume_checkpoint, resume_step = None, 0
     if config.resume_from:
         run_dir = find_run_dir(config)
         config = resumed_config(config)
+    else:
+        config = dataclasses.replace(config, stage=stage)
+    # The backend first: Unsloth patches transformers/trl/peft when imported and warns that its
+    # optimisations may not apply if any of them came first (unsloth/_gpu_init.py:20-21, :135-142).
+    backend_name, reason = pick_backend(config.backend)
+    backend = get_backend(backend_name, config)
+    _quiet_libraries()
+    if config.resume_from:
         resume_checkpoint, resume_step = last_trainer_checkpoint(run_dir / TRAINER_DIR)
         run_id = run_dir.name
     else:
-        config = dataclasses.replace(config, stage=stage)
         workspace = workspace or _open_workspace(config.workspace)
         run_id = workspace.new_id(stage)
         run_dir = Path(config.workspace) / run_id
@@ -211,32 +225,64 @@ def start_run(config: TrainConfig, stage: str, sink: EventSink, pack: Any = None
     workspace = workspace or _open_workspace(config.workspace)
     run_dir.mkdir(parents=True, exist_ok=True)
     config.save(run_dir / CONFIG_FILE)
-    backend_name, reason = pick_backend(config.backend)
-    backend = get_backend(backend_name, config)  # before trl/transformers are used: unsloth patches them
     run = RunContext(config=config, run_id=run_id, run_dir=run_dir, workspace=workspace,
                      writer=workspace.writer(run_id), backend=backend, sink=sink,
                      pack=pack if pack is not None else _load_pack(config.pack),
                      resume_checkpoint=resume_checkpoint, resume_step=resume_step)
     run.base_model = _describe_base_model(config.model)
+    run.in_force = settings_in_force(backend, config)
+    if run.in_force:  # next to config.json, which stays a TrainConfig that --config and --resume can load
+        registry._atomic_write_json(run_dir / IN_FORCE_FILE, run.in_force)
     # A resumed run keeps the time it first started.
     started = {} if resume_checkpoint is not None else {"started_at": time.time()}
     run.writer.update_run(kind=stage, status="running", model=config.model, adapter=config.init_adapter,
                           pack=run.pack.name, config=config.to_dict(), output_dir=str(run_dir), **started)
     run.emit(RunStarted(run_id=run_id, kind=stage, config=config.to_dict()))
     run.emit(Log(run_id=run_id, message=f"backend {backend_name}: {reason}"))
+    for name, value in run.in_force.items():
+        run.emit(Log(run_id=run_id, message=f"in force: {name} = {value}"))
     path = "gpu" if backend_name == "unsloth" else "cpu"
-    for warning in check_versions(path):
+    for warning in [*check_versions(path), *filter(None, [kl_reference_warning(backend, config)])]:
         run.emit(Log(run_id=run_id, level="warning", message=warning))
     if resume_checkpoint is not None:
         run.emit(Log(run_id=run_id, message=f"resuming at step {resume_step} from {resume_checkpoint}"))
     return run
 
 
-def oom_error(config: TrainConfig, run_id: str) -> ApplianceError:
+def settings_in_force(backend: Any, config: TrainConfig) -> dict[str, Any]:
+    """What the backend uses for settings it may replace (e.g. Unsloth's standby memory target); {} if none."""
+    describe = getattr(backend, "settings_in_force", None)
+    return dict(describe(config)) if describe is not None else {}
+
+
+def kl_reference_warning(backend: Any, config: TrainConfig) -> str | None:
+    """A sentence when beta > 0 would pull toward the base model rather than toward init_adapter.
+
+    TRL keeps a frozen copy of a pretrained adapter as the KL reference (trl grpo_trainer.py:455-483); a
+    backend whose `kl_reference` is "base" (Unsloth, which removes that copy) measures KL against the base.
+    """
+    if config.stage != "grpo" or config.beta <= 0 or not config.init_adapter:
+        return None
+    if getattr(backend, "kl_reference", "start") != "base":
+        return None
+    return (f"beta={config.beta:g} on the {backend.name} backend pulls the policy toward the base model, not toward "
+            f"init_adapter {config.init_adapter}: the KL term also undoes what that adapter learned. Use beta 0, "
+            f"or the cpu backend to regularise toward the starting adapter.")
+
+
+def oom_error(run: RunContext) -> ApplianceError:
+    """Advice for an out-of-memory error, naming the settings that are in force on this backend."""
+    config = run.config
+    if config.stage == "grpo":
+        knobs = [f"max_completion_tokens ({config.max_completion_tokens})",
+                 f"num_generations ({config.num_generations})", f"prompts_per_step ({config.prompts_per_step})"]
+    else:
+        knobs = [f"batch_size ({config.batch_size})", f"max_seq_length ({config.max_seq_length})"]
+    more = getattr(run.backend, "memory_knobs", None)
+    knobs += list(more(config)) if more is not None else []
     return ApplianceError(
-        f"Out of GPU memory: turn down, in this order, the model size, max_completion_tokens "
-        f"({config.max_completion_tokens}), num_generations ({config.num_generations}) and "
-        f"gpu_memory_utilization ({config.gpu_memory_utilization}); then continue with --resume {run_id}.")
+        f"Out of memory: start a new run with a smaller model or a lower {', '.join(knobs)} (--init-adapter with "
+        f"this run's last checkpoint keeps what it learned); --resume {run.run_id} keeps this run's settings.")
 
 
 def _quiet_libraries() -> None:
@@ -262,7 +308,7 @@ def train_with_guard(run: RunContext, trainer: Any) -> None:
         trainer.train(resume_from_checkpoint=str(run.resume_checkpoint) if run.resume_checkpoint else None)
     except BaseException as err:
         if run.backend.is_out_of_memory(err):
-            err = oom_error(run.config, run.run_id)
+            err = oom_error(run)
         fail_run(run, err)
         if isinstance(err, ApplianceError):
             raise err from None
@@ -302,9 +348,25 @@ def finish_run(run: RunContext, started: float) -> TrainResult:
     return result
 
 
+# Set on every run, because importing Unsloth changes their defaults (unsloth models/rl.py:3310-3341:
+# weight_decay 0.001, warmup_steps 0.1, logging_nan_inf_filter False); these are transformers'
+# own defaults (training_args.py), what the CPU path was measured with, except the NaN filter:
+# a NaN or infinite loss is logged as it is on both backends, never replaced by the running mean.
+# Unsloth's other replacements are set per run below or by a backend (seed, lr, batch sizes,
+# optim, bf16/fp16, report_to) or only move memory and speed (torch_empty_cache_steps,
+# dataloader_pin_memory, padding_free, the eval-only batch sizes).
+FIXED_TRAINER_ARGS: dict[str, Any] = {
+    "weight_decay": 0.0,
+    "warmup_steps": 0,
+    "logging_nan_inf_filter": False,
+    "auto_find_batch_size": False,
+}
+
+
 def trainer_args(config: TrainConfig, run: RunContext) -> dict[str, Any]:
     """TrainingArguments shared by SFTConfig and GRPOConfig."""
     return {
+        **FIXED_TRAINER_ARGS,
         "output_dir": str(run.trainer_dir),
         "max_steps": config.steps,
         "learning_rate": config.effective_learning_rate,

@@ -89,7 +89,9 @@ class TrainConfig:
         "Longest prompt + completion in tokens (SFT truncates beyond it; Unsloth sizes its buffers with it)."))
     temperature: float = field(default=1.0, metadata=_help("Sampling temperature for GRPO rollouts."))
     beta: float = field(default=0.0, metadata=_help(
-        "KL coefficient against the starting policy (0 skips the reference forward pass)."))
+        "KL coefficient (0 skips the reference forward pass). The reference is the starting policy on the cpu "
+        "backend (init_adapter, else the base model) but always the base model on unsloth, which drops TRL's "
+        "copy of the starting adapter; a run from init_adapter with beta > 0 there warns."))
     epsilon: float | None = field(default=None, metadata=_help(
         "Lower clipping bound of the importance ratio (1 - epsilon); None = the preset's value (0.2; gspo 3e-4)."))
     epsilon_high: float | None = field(default=None, metadata=_help(
@@ -107,9 +109,12 @@ class TrainConfig:
     workspace: str = field(default="runs", metadata=_help(
         "Workspace directory: the run store (DuckDB) and per-run folders with config and trainer state."))
     gpu_memory_utilization: float = field(default=0.6, metadata=_help(
-        "Unsloth/vLLM only: fraction of GPU memory the colocated vLLM engine may reserve."))
+        "Unsloth/vLLM only: fraction of GPU memory the colocated vLLM engine may reserve. Under standby Unsloth "
+        "replaces it with its own target for the GPU's size; `appliance doctor` and runs/<id>/in_force.json "
+        "show the value in force."))
     max_lora_rank: int = field(default=64, metadata=_help(
-        "Unsloth/vLLM only: the largest LoRA rank vLLM preallocates for; must be >= lora_r."))
+        "Unsloth/vLLM only: the largest LoRA rank vLLM preallocates for; must be >= lora_r; rounded up to a "
+        "rank vLLM accepts (appliance.generate.vllm.VLLM_LORA_RANKS)."))
     standby: bool = field(default=True, metadata=_help(
         "Unsloth only: UNSLOTH_VLLM_STANDBY=1, letting vLLM and training share memory by sleeping the engine."))
     precision: str = field(default="auto", metadata=_help(

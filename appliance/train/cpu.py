@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-from .backends import build_grpo_trainer, build_sft_trainer
+from .backends import build_grpo_trainer, build_sft_trainer, check_adapter_loaded
 from .config import TrainConfig
 
 
@@ -71,6 +71,7 @@ class CpuBackend:
     name = "cpu"
     supports_multi_turn = True
     supports_screening = True
+    kl_reference = "start"  # TRL keeps a frozen copy of init_adapter as the KL reference
 
     def __init__(self, config: TrainConfig | None = None) -> None:
         import torch
@@ -87,7 +88,10 @@ class CpuBackend:
 
         set_seed(config.seed)  # the LoRA A init is random: same seed, same starting adapter
         if config.init_adapter:
-            return load_model(config.model, adapter=config.init_adapter, dtype="float32", for_training=True)
+            model, tokenizer = load_model(config.model, adapter=config.init_adapter, dtype="float32",
+                                          for_training=True)
+            check_adapter_loaded(model, config.init_adapter)  # PeftModel.from_pretrained only warns
+            return model, tokenizer
         model, tokenizer = load_model(config.model, dtype="float32", for_training=True)
         lora = LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
                           bias="none", task_type="CAUSAL_LM",

@@ -2,9 +2,16 @@
 
 Every preset sets the loss, the reward scaling, the importance-sampling level,
 the clipping range and the KL weight explicitly, because importing Unsloth
-changes TRL's defaults (loss_type="bnpo", beta=0.001, vLLM importance-sampling
-correction off); an explicit value keeps a preset meaning the same thing on
-both backends.
+changes TRL's GRPO defaults (unsloth 2026.10.9, models/rl.py:3355-3367 and
+:3521-3582): it leaves loss_type, beta and mask_truncated_completions unset and
+then resolves them itself: loss_type "dapo" (TRL >= 0.22), beta 0.0 for dapo and
+dr_grpo, else 0.001; mask_truncated_completions True and epsilon_high 0.28 only
+for a dapo the caller asked for, else False; it also switches the vLLM
+importance-sampling correction and the MoE router auxiliary loss off, and for
+dr_grpo replaces scale_rewards True/"group" by False. An explicit value keeps a
+preset meaning the same thing on both backends. (Its TrainingArguments changes,
+weight_decay, warmup_steps and the NaN-loss filter, are set for every run in
+common.FIXED_TRAINER_ARGS.)
 
 | preset  | loss_type | scale_rewards | importance_sampling_level | epsilon | epsilon_high | mask_truncated_completions | drop zero-variance groups |
 |---------|-----------|---------------|---------------------------|---------|--------------|----------------------------|---------------------------|
@@ -15,7 +22,11 @@ both backends.
 
 All presets: beta = TrainConfig.beta (default 0), num_iterations=1,
 vllm_importance_sampling_correction=True (TRL's own default, restored),
-multi_objective_aggregation="sum_then_normalize".
+multi_objective_aggregation="sum_then_normalize", router_aux_loss_coef=0.0
+(no MoE load-balancing loss: Unsloth's optimized GRPO forward cannot compute
+it, rl.py:3364, and TRL otherwise takes the model config's coefficient).
+With beta > 0 the KL reference is the starting adapter under TRL but the base
+model under Unsloth (see TrainConfig.beta).
 
 Notes on the choices:
 - dr_grpo: TRL 1.16 accepts scale_rewards in {"group", "batch", "none"}
@@ -81,6 +92,7 @@ COMMON_OPTIONS: dict[str, Any] = {
     "num_iterations": 1,
     "multi_objective_aggregation": "sum_then_normalize",
     "vllm_importance_sampling_correction": True,
+    "router_aux_loss_coef": 0.0,  # 0.0 is allowed for a dense model (trl 1.16 grpo_trainer.py:827: `if coef and`)
 }
 
 

@@ -1,18 +1,33 @@
 """The GPU backend: Unsloth 4-bit LoRA with a colocated vLLM engine sharing the base weights.
 
 Import order matters: `UNSLOTH_VLLM_STANDBY` must be in the environment before
-unsloth is imported, and unsloth must be imported before trl/transformers are
-used so its patches apply. This module is imported only when the unsloth
-backend is selected (appliance.train.backends.get_backend), never by
-`import appliance.train`.
+unsloth is imported, and unsloth must be imported before trl/transformers/peft
+(unsloth/_gpu_init.py:20-21), so `start_run` builds this backend before anything
+else loads them. This module imports nothing heavy itself (the doctor reads its
+memory rule); unsloth is imported when the backend is built, which happens only
+when it is selected (appliance.train.backends.get_backend).
 
-Verified API (unsloth 2026.10.9, trl 1.15.0, vllm 0.33.0; DESIGN.md):
-FastLanguageModel.from_pretrained(model_name, max_seq_length, load_in_4bit=True,
-fast_inference=True, max_lora_rank, gpu_memory_utilization) starts vLLM and
-builds the training model from vLLM's tensors; get_peft_model(...) adds the
-LoRA; importing unsloth patches GRPOTrainer for colocated generation. Unsloth
-also changes GRPO defaults (loss_type, beta, vLLM importance-sampling
-correction); our presets set those explicitly (appliance.train.presets).
+Verified API (unsloth 2026.10.9, unsloth_zoo 2026.10.9, trl 1.15.0, vllm 0.33.0):
+- FastLanguageModel.from_pretrained(model_name, max_seq_length, load_in_4bit=True,
+  fast_inference, max_lora_rank, gpu_memory_utilization) starts vLLM (only with
+  fast_inference=True) and builds the training model from vLLM's tensors; the
+  engine is `model.vllm_engine` (unsloth models/llama.py:4295).
+- Under standby (`UNSLOTH_VLLM_STANDBY=1`, our default) gpu_memory_utilization is
+  replaced by a target from the GPU's size (unsloth_zoo vllm_utils.py:4445-4495);
+  `standby_gpu_memory_utilization` follows that rule, so the value in force is
+  reported (doctor, runs/<id>/in_force.json, every checkpoint manifest).
+- Importing unsloth patches GRPOTrainer: colocated generation with the live LoRA,
+  `loss_type`/`beta`/`mask_truncated_completions` left at None and resolved by
+  Unsloth (our presets set them: appliance.train.presets), vLLM importance-sampling
+  correction off (presets turn it back on), and changed TrainingArguments defaults
+  (common.FIXED_TRAINER_ARGS sets those).
+- The patched trainer drops TRL's frozen copy of a pretrained adapter (unsloth
+  models/rl.py:3779-3793), so with beta > 0 the KL reference is the base model
+  (`kl_reference = "base"`; the run says so when it starts from init_adapter).
+- Each generation step serves the live LoRA through `load_lora(<relative dir>,
+  load_tensors=True)` (unsloth models/rl_replacements.py:5557, :5607; rl.py:4327),
+  which writes adapter_config.json into that dir (unsloth_zoo vllm_utils.py:5562);
+  `_keep_vllm_scratch_in` roots those dirs in the run folder instead of the cwd.
 """
 from __future__ import annotations
 
@@ -22,18 +37,100 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import ApplianceError
-from .backends import build_grpo_trainer, build_sft_trainer
+from .backends import build_grpo_trainer, build_sft_trainer, load_adapter_weights
 from .config import ALL_LINEAR, ALL_LINEAR_MODULES, TrainConfig
 from .multiturn import MULTI_TURN_CPU_ONLY
 
+# Where the patched trainer's per-step live-LoRA configs go, inside the trainer folder.
+VLLM_SCRATCH_DIR = "vllm_lora"
+
 
 def _import_unsloth(standby: bool) -> Any:
-    if standby:
-        os.environ["UNSLOTH_VLLM_STANDBY"] = "1"
+    # Both values, so the config decides rather than a variable left in the shell
+    # (unsloth_zoo vllm_utils.py:4427 reads it when the engine starts).
+    os.environ["UNSLOTH_VLLM_STANDBY"] = "1" if standby else "0"
     import unsloth  # noqa: F401  (patches transformers/trl/peft on import)
     from unsloth import FastLanguageModel
 
     return FastLanguageModel
+
+
+def standby_gpu_memory_utilization(total_vram_bytes: int) -> float:
+    """The gpu_memory_utilization Unsloth uses under standby on a GPU of this size (vLLM >= 0.11).
+
+    unsloth_zoo vllm_utils.py:4445-4482: tiers by a tenth of the VRAM in GiB, then x 0.95;
+    :4487-4495 replace any other value with it, lower or higher.
+    """
+    tenth_gib = total_vram_bytes / 2**30 * 0.1
+    tiers = ((4.0, 0.925), (2.5, 0.9), (2.0, 0.825), (1.4, 0.8), (1.0, 0.775))
+    target = next((util for floor, util in tiers if tenth_gib >= floor), 0.75)
+    return target * 0.95
+
+
+def gpu_memory_utilization_in_force(config: TrainConfig, total_vram_bytes: int,
+                                    environ: Any = os.environ) -> tuple[float | None, str]:
+    """(value, why): the share of the GPU the colocated vLLM engine reserves for this run."""
+    if config.stage != "grpo":
+        return None, "no vLLM engine: SFT loads the model without fast_inference"
+    standby = config.standby or environ.get("UNSLOTH_VLLM_STANDBY", "0") != "0"
+    if standby and environ.get("UNSLOTH_VLLM_STANDBY_UTIL_OVERRIDE", "0") == "0":
+        value = round(standby_gpu_memory_utilization(total_vram_bytes), 4)
+        return value, (f"Unsloth's standby target for a {total_vram_bytes / 2**30:.0f} GiB GPU; under standby it "
+                       f"replaces gpu_memory_utilization ({config.gpu_memory_utilization} configured)")
+    return config.gpu_memory_utilization, "gpu_memory_utilization as configured"
+
+
+def _total_vram_bytes() -> int | None:
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    return int(torch.cuda.mem_get_info()[1])  # what Unsloth reads (unsloth_zoo vllm_utils.py:4445, :250)
+
+
+def lora_shape(config: TrainConfig) -> dict[str, Any]:
+    """r, lora_alpha, target_modules and layers_to_transform (None = the config's) for this run's LoRA:
+    those of init_adapter when it continues one, since the shape must match the adapter's."""
+    targets = config.target_modules
+    shape = {"r": config.lora_r, "lora_alpha": config.lora_alpha,
+             "target_modules": list(ALL_LINEAR_MODULES) if targets == ALL_LINEAR else list(targets),
+             "layers_to_transform": None}
+    if config.init_adapter:
+        config_file = Path(config.init_adapter) / "adapter_config.json"
+        if not config_file.is_file():
+            raise ApplianceError(f"init_adapter {config.init_adapter} is not a PEFT adapter folder (it has no "
+                                 f"adapter_config.json); give a checkpoint folder (appliance checkpoints list).")
+        adapter_cfg = json.loads(config_file.read_text(encoding="utf-8"))
+        shape.update(r=int(adapter_cfg["r"]), lora_alpha=int(adapter_cfg.get("lora_alpha", config.lora_alpha)),
+                     target_modules=sorted(adapter_cfg.get("target_modules") or shape["target_modules"]),
+                     layers_to_transform=adapter_cfg.get("layers_to_transform"))
+    return shape
+
+
+def max_lora_rank_in_force(config: TrainConfig) -> int:
+    """vLLM's max_lora_rank for this run: room for the LoRA, rounded up to a rank vLLM accepts."""
+    from ..generate.vllm import vllm_lora_rank
+
+    return vllm_lora_rank(max(config.max_lora_rank, lora_shape(config)["r"]))
+
+
+def _keep_vllm_scratch_in(model: Any, folder: Path) -> None:
+    """Root the relative folders the patched trainer hands `load_lora` (./vllm_gen_lora, ...) in `folder`.
+
+    The trainer captures `model.load_lora` when it builds its vLLM wrapper (rl_replacements.py:5490-5491)
+    or looks it up per call (rl.py:4327), so this must run before the trainer is built. Absolute
+    paths (an eval's checkpoint folder) pass through unchanged.
+    """
+    load_lora = getattr(model, "load_lora", None)
+    if load_lora is None or getattr(load_lora, "_appliance_rooted", None) == str(folder):
+        return
+
+    def rooted_load_lora(save_directory: Any, *args: Any, **kwargs: Any) -> Any:
+        path = Path(save_directory)
+        return load_lora(str(path if path.is_absolute() else folder / path), *args, **kwargs)
+
+    rooted_load_lora._appliance_rooted = str(folder)  # type: ignore[attr-defined]
+    model.load_lora = rooted_load_lora
 
 
 class UnslothBackend:
@@ -42,41 +139,57 @@ class UnslothBackend:
     # Screening runs a plain transformers forward with a KV cache (HFGenerator.completion_logprobs);
     # Unsloth patches that forward and the path has not run on a GPU yet, so it trains on every task.
     supports_screening = False
+    kl_reference = "base"  # see the module docstring: Unsloth removes TRL's reference adapter
 
     def __init__(self, config: TrainConfig | None = None) -> None:
         self.FastLanguageModel = _import_unsloth(config.standby if config else True)
 
-    def _target_modules(self, config: TrainConfig) -> list[str]:
-        targets = config.target_modules
-        return list(ALL_LINEAR_MODULES) if targets == ALL_LINEAR else list(targets)
+    def settings_in_force(self, config: TrainConfig) -> dict[str, Any]:
+        """Settings Unsloth replaces or rounds, as this run gets them (common.start_run records them)."""
+        standby = config.standby or os.environ.get("UNSLOTH_VLLM_STANDBY", "0") != "0"
+        settings: dict[str, Any] = {"standby": standby}
+        if config.stage == "grpo":
+            settings["max_lora_rank"] = max_lora_rank_in_force(config)
+            total = _total_vram_bytes()
+            if total is not None:
+                value, why = gpu_memory_utilization_in_force(config, total)
+                settings["gpu_memory_utilization"] = f"{value} ({why})"
+        return settings
+
+    def memory_knobs(self, config: TrainConfig) -> list[str]:
+        """The settings that set vLLM's share of the GPU, for the out-of-memory advice."""
+        if config.stage != "grpo":
+            return []
+        total = _total_vram_bytes()
+        value, why = gpu_memory_utilization_in_force(config, total) if total else (None, "")
+        if value is not None and value != config.gpu_memory_utilization:
+            return [f"vLLM's share of the GPU ({value}: {why}; to choose it, put \"standby\": false and a lower "
+                    f"\"gpu_memory_utilization\" in a --config file)"]
+        return [f"gpu_memory_utilization ({config.gpu_memory_utilization})"]
 
     def load_for_training(self, config: TrainConfig) -> tuple[Any, Any]:
         from ..models import local_model_dir, resolve_model
 
-        r, alpha, targets = config.lora_r, config.lora_alpha, self._target_modules(config)
-        layers = None
-        if config.init_adapter:  # the LoRA shape must match the adapter being continued
-            adapter_cfg = json.loads((Path(config.init_adapter) / "adapter_config.json").read_text())
-            r, alpha = int(adapter_cfg["r"]), int(adapter_cfg.get("lora_alpha", alpha))
-            targets = sorted(adapter_cfg.get("target_modules") or targets)
-            layers = adapter_cfg.get("layers_to_transform")
+        shape = lora_shape(config)
+        grpo = config.stage == "grpo"
         model, tokenizer = self.FastLanguageModel.from_pretrained(
             model_name=local_model_dir(resolve_model(config.model)),
             max_seq_length=config.max_seq_length,
             load_in_4bit=True,
-            fast_inference=config.stage == "grpo",  # vLLM only where we sample
-            max_lora_rank=max(config.max_lora_rank, r),
+            fast_inference=grpo,  # vLLM only where we sample
+            max_lora_rank=max_lora_rank_in_force(config) if grpo else max(config.max_lora_rank, shape["r"]),
             gpu_memory_utilization=config.gpu_memory_utilization,
         )
+        layers = shape["layers_to_transform"]
         if not config.init_adapter:
             layers = config.lora_layer_indices(model.config.num_hidden_layers)
         model = self.FastLanguageModel.get_peft_model(
-            model, r=r, target_modules=targets, lora_alpha=alpha, lora_dropout=config.lora_dropout,
-            use_gradient_checkpointing="unsloth", random_state=config.seed,
+            model, r=shape["r"], target_modules=shape["target_modules"], lora_alpha=shape["lora_alpha"],
+            lora_dropout=config.lora_dropout, use_gradient_checkpointing="unsloth", random_state=config.seed,
             **({"layers_to_transform": layers} if layers else {}),
         )
         if config.init_adapter:
-            _load_adapter_weights(model, Path(config.init_adapter))
+            load_adapter_weights(model, Path(config.init_adapter))
         if tokenizer.pad_token is None:
             tokenizer.pad_token = tokenizer.eos_token
         return model, tokenizer
@@ -96,6 +209,7 @@ class UnslothBackend:
                           trainer_mixin: type | None = None, episodes: Any = None) -> Any:
         if episodes is not None:
             raise ApplianceError(MULTI_TURN_CPU_ONLY)
+        _keep_vllm_scratch_in(model, Path(args["output_dir"]).resolve() / VLLM_SCRATCH_DIR)
         # Unsloth patched TRL's classes on import: colocate mode samples through its shared-weight vLLM engine.
         colocated = {"use_vllm": True, "vllm_mode": "colocate",
                      "vllm_gpu_memory_utilization": config.gpu_memory_utilization}
@@ -116,13 +230,6 @@ class UnslothBackend:
         import torch
 
         return isinstance(error, torch.OutOfMemoryError) or "CUDA out of memory" in str(error)
-
-
-def _load_adapter_weights(model: Any, adapter_dir: Path) -> None:
-    from peft import set_peft_model_state_dict
-    from safetensors.torch import load_file
-
-    set_peft_model_state_dict(model, load_file(str(adapter_dir / "adapter_model.safetensors")))
 
 
 def make_backend(config: TrainConfig | None = None) -> UnslothBackend:
