@@ -83,8 +83,9 @@ def cmd_trajectories(args: argparse.Namespace) -> int:
 
         summary = import_trajectories(args.file, workspace, pack=args.pack, model=args.model,
                                       adapter_version=args.adapter_version)
+        # skipped: already stored (an earlier import, or served here) or repeated within the file
         report.print_fields({"import_id": summary.import_id, "file": summary.file, "imported": summary.imported,
-                             "skipped (stored before, or repeated)": summary.skipped}, fmt=args.format)
+                             "skipped": summary.skipped}, fmt=args.format)
         return 0
     if args.traj_cmd == "triage":
         from appliance.flywheel.triage import triage
