@@ -109,7 +109,7 @@ def _format(p: argparse.ArgumentParser, what: str = "the records") -> None:
 
 def _add_tasks(sub: argparse._SubParsersAction) -> None:
     tasks = sub.add_parser("tasks", help="list, check, describe and generate task packs")
-    tsub = tasks.add_subparsers(dest="tasks_cmd", required=True, metavar="{list,check,stats,generate}")
+    tsub = tasks.add_subparsers(dest="tasks_cmd", required=True, metavar="{list,check,stats,generate,new}")
     p = tsub.add_parser("list", help="list the packs under tasks/")
     _format(p, "the packs")
     _common(p)
@@ -125,6 +125,9 @@ def _add_tasks(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workbench", default=None,
                    help="folder with WorkBench's data/ (default: ../shared/datasets/workbench if present)")
     _common(p)
+    from appliance.userworld.cli import add_tasks_new
+
+    add_tasks_new(tsub)
 
 
 def _add_verify(sub: argparse._SubParsersAction) -> None:
@@ -317,6 +320,10 @@ def build_parser() -> argparse.ArgumentParser:
     for add in (_add_tasks, _add_verify, _add_sql, _add_eval, _add_audit, _add_train,
                 _add_checkpoints, _add_run, _add_doctor):
         add(sub)
+    from appliance.flywheel.cli import add_serve, add_trajectories
+
+    add_serve(sub)
+    add_trajectories(sub)
     return parser
 
 

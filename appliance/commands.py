@@ -13,6 +13,7 @@ from pathlib import Path
 from appliance import report
 from appliance.errors import ApplianceError
 from appliance.events import Event
+from appliance.flywheel.cli import cmd_serve, cmd_trajectories  # noqa: F401 - cli._handler finds them by name
 
 
 def _workspace(args: argparse.Namespace):
@@ -61,6 +62,10 @@ def cmd_tasks(args: argparse.Namespace) -> int:
         summary = build_workplace_packs(root=args.tasks_root, workbench_src=src, seed=args.seed)
         report.print_json(summary)
         return 0
+    if args.tasks_cmd == "new":
+        from appliance.userworld.cli import cmd_tasks_new
+
+        return cmd_tasks_new(args)
     raise ApplianceError(f"unknown tasks command {args.tasks_cmd!r}.")
 
 

@@ -120,12 +120,10 @@ class _Session:
             self.sink(Progress(run_id=self.eval_id, stage="eval", done=done, total=len(tasks)))
 
     def run_multi_step(self, tasks: Sequence[Task]) -> None:
-        from appliance.world import World
-
         done = 0
         for batch in _chunks(tasks, max(1, self.settings.batch_size // max(1, self.settings.k))):
             trajectories = [
-                Trajectory(task=t, sample_index=i, messages=list(t.messages), world=World.fresh(t.fixture))
+                Trajectory(task=t, sample_index=i, messages=list(t.messages), world=self.scorer.verifier.episode(t))
                 for t in batch for i in range(self.settings.k)
             ]
             first_prompts = {t.id: self.prompt(t, t.messages) for t in batch}

@@ -64,6 +64,7 @@ class AgentEpisodes:
     tasks_by_prompt: dict[str, Any]          # the dataset's prompt text → its task
     render: Callable[[Any, list[dict[str, Any]]], str]  # (task, messages) → prompt, as eval renders it
     max_turns: int
+    world_for: Callable[[Any], Any]          # task → a fresh world for one episode (WorkBench's or the pack's own)
 
 
 def agent_episodes(pack: Any, tokenizer: Any, rows: list[dict[str, Any]]) -> AgentEpisodes:
@@ -81,7 +82,10 @@ def agent_episodes(pack: Any, tokenizer: Any, rows: list[dict[str, Any]]) -> Age
         _text_between(render, task, list(task.messages), probe,
                       [*task.messages, {"role": "assistant", "content": probe},
                        {"role": "tool", "name": "probe", "content": "probe result"}])
-    return AgentEpisodes(tasks_by_prompt=tasks, render=render, max_turns=turn_limit(pack))
+    from ..verify import Verifier
+
+    return AgentEpisodes(tasks_by_prompt=tasks, render=render, max_turns=turn_limit(pack),
+                         world_for=Verifier.for_pack(pack).episode)
 
 
 def _text_between(render: Callable[[Any, list[dict[str, Any]]], str], task: Any, before: list[dict[str, Any]],
@@ -106,12 +110,11 @@ class MultiTurnRollout:
 
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, Any]:
         from appliance.evaluate.agent import Trajectory, run_trajectories
-        from appliance.world import World
 
         texts = [str(prompt) for prompt in prompts]
         tasks = [self._task(text) for text in texts]
         trajectories = [Trajectory(task=task, sample_index=i, messages=list(task.messages),
-                                   world=World.fresh(task.fixture)) for i, task in enumerate(tasks)]
+                                   world=self.episodes.world_for(task)) for i, task in enumerate(tasks)]
         sampled: list[list[tuple[int, ...]]] = [[] for _ in trajectories]  # by sample_index: each turn's tokens
         generator = self.make_generator(trainer.model, self.tokenizer, len(texts))
 
