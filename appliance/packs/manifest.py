@@ -21,10 +21,12 @@ DEFAULT_MAX_TURNS = 6
 WORLDS = ("workbench", "none", *USER_WORLDS)
 REWARD_SCHEMES = ("binary", "shaped")
 # train: SFT's pool; train_rl: GRPO's pool (wordings and intents SFT never saw); dev: where settings are
-# chosen; val/test: reported held-out splits; gate: a fixed subset of test for the promotion gate.
-SPLIT_NAMES = ("train", "train_rl", "dev", "val", "test", "gate")
+# chosen; val/test: reported held-out splits; gate: a fixed subset of test for the promotion gate;
+# regression: labelled production failures (`appliance tasks from-failures`), never trained on, gated on.
+REGRESSION_SPLIT = "regression"
+SPLIT_NAMES = ("train", "train_rl", "dev", "val", "test", "gate", REGRESSION_SPLIT)
 TRAIN_SPLITS = ("train", "train_rl")
-EVAL_SPLITS = ("dev", "val", "test", "gate")
+EVAL_SPLITS = ("dev", "val", "test", "gate", REGRESSION_SPLIT)
 REPORTED_SPLITS = ("val", "test")
 SCORERS = ("verifier", "bfcl")
 TOOL_SELECTIONS = ("all", "domain")
@@ -50,6 +52,7 @@ _TOP_LEVEL: dict[str, tuple[type | tuple[type, ...], bool]] = {
     "source": (str, False),
     "splits": (dict, True),
     "unsafe": (list, False),
+    "slots": (dict, False),  # slot name -> values, for `appliance tasks expand` (appliance.userworld.expand)
     **{world: (dict, False) for world in USER_WORLDS},  # the world's own settings (appliance.userworld.config)
 }
 _TYPE_WORDS = {str: "a string", int: "an integer", dict: "a table", list: "an array of tables"}

@@ -1,7 +1,9 @@
-"""`appliance tasks new NAME --tools FILE | --functions FILE | --mcp "COMMAND ARGS"`: the front end.
+"""`appliance tasks new NAME --tools FILE | --functions FILE | --mcp "COMMAND ARGS"` and
+`appliance tasks expand PACK --seeds FILE`: the front ends.
 
-Wired into appliance/cli.py (`add_tasks_new(tsub)`) and appliance/commands.py
-(`cmd_tasks_new(args)`); the engine is appliance.userworld.writer.new_pack.
+Wired into appliance/cli.py (`add_tasks_new(tsub)`, `add_tasks_expand(tsub)`) and
+appliance/commands.py (`cmd_tasks_new(args)`, `cmd_tasks_expand(args)`); the engines are
+appliance.userworld.writer.new_pack and appliance.userworld.expand.expand_pack.
 """
 from __future__ import annotations
 
@@ -56,4 +58,42 @@ def cmd_tasks_new(args: argparse.Namespace) -> int:
               f"`appliance tasks check {where}`")
     else:
         print(f"next: `appliance tasks check {where}`, then `appliance eval --pack {where} --split val`")
+    return 0
+
+
+def add_tasks_expand(tasks_subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add `expand` to `appliance tasks`' subcommands."""
+    from appliance.cli import _common, text_file
+    from appliance.userworld.expand import DEFAULT_PER_SEED, DEFAULT_RL_PER_SEED, DEFAULT_SEED
+
+    p = tasks_subparsers.add_parser("expand", help="grow a pack's train split from your seed requests "
+                                                   "(slots and restyling); the seeds become val")
+    p.add_argument("pack", help="the pack's name or folder")
+    p.add_argument("--seeds", type=text_file, metavar="FILE", required=True,
+                   help='your seed requests (JSONL of {"request", "expected", "slots"?}); {name} marks a slot')
+    p.add_argument("--per-seed", type=int, default=DEFAULT_PER_SEED, metavar="N",
+                   help=f"train tasks per seed (default {DEFAULT_PER_SEED})")
+    p.add_argument("--rl-per-seed", type=int, default=DEFAULT_RL_PER_SEED, metavar="N",
+                   help=f"train_rl tasks per seed, GRPO's pool (default {DEFAULT_RL_PER_SEED}: no train_rl)")
+    p.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"random seed (default {DEFAULT_SEED})")
+    _common(p)
+    return p
+
+
+def cmd_tasks_expand(args: argparse.Namespace) -> int:
+    """Expand the seeds into the pack and print the generation report."""
+    from appliance.packs.manifest import display_path
+    from appliance.userworld.expand import DROP_REASONS, REPORT_FILE, expand_pack
+
+    report = expand_pack(args.pack, seeds=args.seeds, per_seed=args.per_seed, rl_per_seed=args.rl_per_seed,
+                         seed=args.seed, root=args.tasks_root)
+    where = display_path(report.path)
+    kept = ", ".join(f"{split} {count}" for split, count in report.kept.items())
+    print(f"wrote {where}: {report.seeds} seeds; kept {kept}")
+    for reason, count in sorted(report.dropped.items()):
+        print(f"  dropped {count}: {DROP_REASONS[reason]} (e.g. {report.drop_examples[reason]})")
+    if report.short_seeds:
+        short = ", ".join(f"{seed} ({n})" for seed, n in report.short_seeds.items())
+        print(f"  short of the wanted count (give these seeds more slot values): {short}")
+    print(f"report: {where}/{REPORT_FILE}; next: `appliance tasks check {where}`")
     return 0
