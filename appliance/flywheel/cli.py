@@ -1,6 +1,6 @@
-"""The flywheel's commands: `appliance serve` and `appliance trajectories import|triage`.
+"""The flywheel's commands: `appliance serve`, `appliance trajectories import|triage`, `appliance tasks from-failures`.
 
-`add_serve(sub)` and `add_trajectories(sub)` add the parsers (serve's flags are
+`add_serve(sub)`, `add_trajectories(sub)` and `add_tasks_from_failures(tasks_sub)` (under `tasks`) add the parsers (serve's flags are
 ServeConfig's fields, help and defaults included); `cmd_serve(args)` and
 `cmd_trajectories(args)` handle them, like the handlers in appliance.commands.
 """
@@ -59,6 +59,35 @@ def add_trajectories(sub: argparse._SubParsersAction) -> None:
                    help="judge every trajectory again, not only those not judged yet")
     _format(p, "the failure modes per adapter version")
     _common(p)
+
+
+def add_tasks_from_failures(tasks_sub: argparse._SubParsersAction) -> None:
+    """`tasks from-failures`, added to the `tasks` group's subparsers."""
+    from appliance.cli import _common, _format, text_file
+
+    p = tasks_sub.add_parser("from-failures", help="turn labelled failures (triaged trajectories with corrected "
+                                                   "calls) into the pack's regression split, never trained on")
+    p.add_argument("--pack", required=True, help="the pack whose regression split gains the tasks")
+    p.add_argument("--corrections", type=text_file, default=None,
+                   help='JSONL of {"trajectory_id": ..., "expected": [calls]}; wins over a trajectory\'s own '
+                        "`expected` field")
+    _format(p, "how many tasks were kept and why others were dropped")
+    _common(p)
+
+
+def cmd_tasks_from_failures(args: argparse.Namespace) -> int:
+    from appliance import report
+    from appliance.flywheel.regression import DROP_REASONS, read_corrections, tasks_from_failures
+
+    corrections = read_corrections(args.corrections) if args.corrections else None
+    summary = tasks_from_failures(_workspace(args), args.pack, tasks_root=args.tasks_root, corrections=corrections)
+    for trajectory_id, reason, detail in summary.dropped:
+        print(f"dropped {trajectory_id}: {DROP_REASONS[reason]}" + (f" ({detail})" if detail else ""),
+              file=sys.stderr)
+    report.print_fields({"pack": summary.pack, "file": summary.file, "kept": len(summary.kept),
+                         "dropped": summary.dropped_by_reason, "failures_without_correction": summary.uncorrected},
+                        fmt=args.format)
+    return 0
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
