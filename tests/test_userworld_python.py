@@ -72,7 +72,8 @@ def test_the_pack_loads_checks_clean_and_copies_the_module(tracker):
     assert pack.world == "python" and (pack.path / "tracker_functions.py").is_file()
     assert pack.manifest["python"]["state"] == "make_state"
     assert pack.manifest["python"]["read_only"] == ["search_issues", "get_issue"]
-    assert check_pack(pack) == []
+    issues = check_pack(pack)  # replays every expected call list: the seed asking for issue 99 cannot
+    assert len(issues) == 1 and "('broken')" in issues[0] and "no issue 99" in issues[0]
 
 
 def test_the_right_call_succeeds_on_the_state_and_arguments_normalise(tracker):

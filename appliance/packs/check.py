@@ -18,6 +18,7 @@ from appliance.task import Task, ToolCall
 DELETE_TOOL_SUFFIXES = ("_delete_email", "_delete_event", "_delete_task", "_delete_customer")
 RECIPIENT_ARGUMENTS = ("recipient",)
 MAX_ISSUES_PER_KIND = 20
+EXECUTING_WORLDS = ("python", "mcp")  # a pack's own worlds that run calls (appliance.userworld.worlds)
 
 
 def check_pack(pack: Pack | str | Path, root: str | Path = "tasks") -> list[str]:
@@ -28,14 +29,21 @@ def check_pack(pack: Pack | str | Path, root: str | Path = "tasks") -> list[str]
         except PackError as error:
             return [str(error)]
     issues: list[str] = []
-    for split in pack.splits:
-        tasks = pack.tasks(split)
-        if not tasks:
-            issues.append(f"{pack.name}/{split}: the split is empty.")
-        issues += _limit(_shape_issues(pack, split, tasks))
-        issues += _limit(_unsafe_ground_truth(pack, split, tasks))
-        if pack.world == "workbench":
-            issues += _limit(_replay_issues(pack, split, tasks))
+    verifier = _own_world_verifier(pack)
+    try:
+        for split in pack.splits:
+            tasks = pack.tasks(split)
+            if not tasks:
+                issues.append(f"{pack.name}/{split}: the split is empty.")
+            issues += _limit(_shape_issues(pack, split, tasks))
+            issues += _limit(_unsafe_ground_truth(pack, split, tasks))
+            if pack.world == "workbench":
+                issues += _limit(_replay_issues(pack, split, tasks))
+            elif verifier is not None:
+                issues += _limit(_own_world_replay_issues(pack, split, tasks, verifier))
+    finally:
+        if verifier is not None:
+            verifier.close()
     return issues
 
 
@@ -91,6 +99,26 @@ def ground_truth_trips(rule: dict[str, Any], calls: tuple[ToolCall, ...]) -> str
                 if address and address.rsplit("@", 1)[-1].lower() not in allowed:
                     return f"recipient {address}"
     return None
+
+
+def _own_world_verifier(pack: Pack) -> Any:
+    """The pack's verifier when its world executes calls (python, mcp), else None."""
+    if pack.world not in EXECUTING_WORLDS:
+        return None
+    from appliance.verify import Verifier
+
+    return Verifier.for_pack(pack)
+
+
+def _own_world_replay_issues(pack: Pack, split: str, tasks: list[Task], verifier: Any) -> list[str]:
+    """Each task's expected calls, judged as a model's output: they must succeed in the pack's world."""
+    issues = []
+    for task in tasks:
+        verdict = verifier.verify_calls(task, task.expected)
+        if verdict.bucket != "success":
+            issues.append(f"{_where(pack, split, task)}: the expected calls do not replay on the pack's world "
+                          f"({verdict.bucket}: {verdict.reason}).")
+    return issues
 
 
 def _replay_issues(pack: Pack, split: str, tasks: list[Task]) -> list[str]:
