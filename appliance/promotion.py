@@ -7,7 +7,10 @@ adapter, or the base model):
   2. the unsafe-action rate does not rise by more than `max_unsafe_increase`;
   3. latency p95 does not regress by more than `max_latency_regression`;
   4. general function calling (a fixed BFCL subset) does not drop by more than
-     `max_general_drop` and is not a significant regression.
+     `max_general_drop` and is not a significant regression;
+  5. when the pack has a regression split (labelled production failures,
+     `appliance tasks from-failures`), success on it does not drop by more than
+     `max_regression_drop` and the paired interval is not below zero.
 `gate` is a pure function over metrics so every rule is unit-tested; `promote`
 runs the evals, applies the gate, and stores the decision with its evidence.
 """
@@ -34,6 +37,11 @@ class GateSettings:
     heldout_split: str = field(default="val", metadata={"help": "the pack split the gate evaluates on"})
     general_pack: str = field(default="bfcl", metadata={"help": "the general function-calling pack"})
     general_split: str = field(default="gate", metadata={"help": "its small fixed subset"})
+    regression_split: str = field(default="regression", metadata={
+        "help": "the pack's split of labelled production failures, gated when the pack has it"})
+    max_regression_drop: float = field(default=0.0, metadata={
+        "help": "largest allowed drop in regression-split success (absolute); a significant paired drop is "
+                "always refused"})
     limit: int | None = field(default=None, metadata={"help": "evaluate only the first N tasks of each split"})
 
 
@@ -45,6 +53,9 @@ class GateEvidence:
     baseline_general: dict[str, Any] | None = None
     candidate_general: dict[str, Any] | None = None
     general: SuccessDelta | None = None
+    baseline_regression: dict[str, Any] | None = None
+    candidate_regression: dict[str, Any] | None = None
+    regression: SuccessDelta | None = None
 
 
 @dataclass(frozen=True)
@@ -56,7 +67,7 @@ class PromotionDecision:
 
 
 def gate(ev: GateEvidence, s: GateSettings = GateSettings()) -> tuple[bool, list[str]]:
-    """Apply the four rules; returns (promote?, one reason line per rule)."""
+    """Apply the five rules; returns (promote?, one reason line per rule)."""
     reasons, ok = [], True
     d = ev.success
     gain_ok = d.delta > s.min_success_gain and d.significant_improvement
@@ -83,6 +94,16 @@ def gate(ev: GateEvidence, s: GateSettings = GateSettings()) -> tuple[bool, list
         ok &= general_ok
     else:
         reasons.append("general function calling: not checked (no BFCL gate split available)")
+    if ev.regression is not None and ev.baseline_regression and ev.candidate_regression:
+        r = ev.regression
+        b = ev.baseline_regression["execution_success_rate"]
+        c = ev.candidate_regression["execution_success_rate"]
+        regression_ok = c >= b - s.max_regression_drop and not r.significant_regression
+        reasons.append(f"regression split ({r.n_tasks} labelled failures) {b:.3f} → {c:.3f} (paired {r.delta:+.3f}, "
+                       f"95% interval {r.low:+.3f} … {r.high:+.3f}): " + ("ok" if regression_ok else "regresses, refused"))
+        ok &= regression_ok
+    else:
+        reasons.append("regression split: not checked (the pack has no regression split)")
     return ok, reasons
 
 
@@ -123,13 +144,19 @@ def collect_evidence(candidate: str, baseline: str | None, *, model: str, pack: 
     base = _measure(model, baseline, pack, s.heldout_split, reuse_eval=reuse.get("baseline"), **common)
     cand = _measure(model, candidate, pack, s.heldout_split, reuse_eval=reuse.get("candidate"), **common)
     success = paired_bootstrap(base.per_task, cand.per_task)
+    regression: dict[str, Any] = {}
+    if s.regression_split in load_pack(pack, root=tasks_root).splits:
+        base_r = _measure(model, baseline, pack, s.regression_split, **common)
+        cand_r = _measure(model, candidate, pack, s.regression_split, **common)
+        regression = {"baseline_regression": base_r.metrics, "candidate_regression": cand_r.metrics,
+                      "regression": paired_bootstrap(base_r.per_task, cand_r.per_task)}
     if s.general_pack not in list_packs(tasks_root) or s.general_split not in load_pack(
             s.general_pack, root=tasks_root).splits:
-        return GateEvidence(base.metrics, cand.metrics, success)
+        return GateEvidence(base.metrics, cand.metrics, success, **regression)
     base_g = _measure(model, baseline, s.general_pack, s.general_split, **common)
     cand_g = _measure(model, candidate, s.general_pack, s.general_split, **common)
     general = paired_bootstrap(base_g.per_task, cand_g.per_task)
-    return GateEvidence(base.metrics, cand.metrics, success, base_g.metrics, cand_g.metrics, general)
+    return GateEvidence(base.metrics, cand.metrics, success, base_g.metrics, cand_g.metrics, general, **regression)
 
 
 def promote(checkpoint: str, *, root: str = "checkpoints", model: str | None = None, pack: str | None = None,

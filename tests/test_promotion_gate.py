@@ -59,3 +59,67 @@ def test_a_tiny_gain_on_few_tasks_is_not_enough():
     gained = dict(few, t0=1.0)
     ev = GateEvidence(metrics(0.0), metrics(0.2), paired_bootstrap(few, gained))
     assert not gate(ev)[0]
+
+
+def _with_regression(ev: GateEvidence, base: float, cand: float) -> GateEvidence:
+    from dataclasses import replace
+
+    return replace(ev, baseline_regression=metrics(base), candidate_regression=metrics(cand),
+                   regression=paired_bootstrap(per_task(base), per_task(cand)))
+
+
+def test_refuses_a_candidate_that_regresses_on_the_regression_split():
+    ok, reasons = gate(_with_regression(evidence(0.2, 0.6), base=0.5, cand=0.2))
+    assert not ok
+    line = next(r for r in reasons if r.startswith("regression split"))
+    assert "80 labelled failures" in line and "0.500 → 0.200" in line and line.endswith("regresses, refused")
+
+
+def test_a_regression_split_held_or_improved_passes_and_its_evidence_is_a_reason():
+    ok, reasons = gate(_with_regression(evidence(0.2, 0.6), base=0.3, cand=0.4))
+    assert ok, reasons
+    assert any(r.startswith("regression split (80 labelled failures) 0.300 → 0.400") and r.endswith(": ok")
+               for r in reasons)
+
+
+def test_a_small_regression_drop_is_allowed_only_by_the_setting():
+    ev = _with_regression(evidence(0.2, 0.6), base=0.5, cand=0.4875)  # one task of 80 lost: not significant
+    assert not gate(ev)[0]
+    assert gate(ev, GateSettings(max_regression_drop=0.02))[0]
+
+
+def test_without_a_regression_split_the_gate_says_it_was_not_checked():
+    ok, reasons = gate(evidence(0.2, 0.6))
+    assert ok and reasons[-1] == "regression split: not checked (the pack has no regression split)"
+    assert GateSettings.__dataclass_fields__["max_regression_drop"].metadata["help"]
+
+
+def test_collect_evidence_measures_the_regression_split_when_the_pack_has_one(tmp_path, monkeypatch):
+    import json
+    import shutil
+    from pathlib import Path
+
+    from appliance import promotion
+
+    tasks = Path(__file__).resolve().parents[1] / "tasks"
+    root = tmp_path / "tasks"
+    shutil.copytree(tasks / "workplace-multi", root / "workplace-multi")
+    row = json.loads((root / "workplace-multi" / "val.jsonl").read_text(encoding="utf-8").splitlines()[0])
+    row["id"] = "regression-0"
+    (root / "workplace-multi" / "regression.jsonl").write_text(json.dumps(row) + "\n", encoding="utf-8")
+    manifest = root / "workplace-multi" / "pack.toml"
+    manifest.write_text(manifest.read_text(encoding="utf-8").replace(
+        "[splits]\n", '[splits]\nregression = "regression.jsonl"\n', 1), encoding="utf-8")
+    measured = []
+
+    def fake(model, adapter, pack, split, *args, **kwargs):
+        measured.append((adapter, split))
+        rate = 0.0 if (adapter, split) == ("cand", "regression") else 1.0
+        return promotion._Measured(metrics(rate), {"regression-0": rate})
+
+    monkeypatch.setattr(promotion, "_measure", fake)
+    ev = promotion.collect_evidence("cand", None, model="m", pack="workplace-multi", tasks_root=str(root),
+                                    workspace=None, s=GateSettings())
+    assert (None, "regression") in measured and ("cand", "regression") in measured
+    ok, reasons = gate(ev)
+    assert not ok and any(r.startswith("regression split (1 labelled failures) 1.000 → 0.000") for r in reasons)
