@@ -403,6 +403,36 @@ def test_evaluating_a_checkpoint_serves_its_own_files_and_writes_nothing_there(t
     assert {p.name: p.read_bytes() for p in sealed.iterdir()} == before
 
 
+def test_an_eval_between_training_steps_wakes_the_sleeping_engine_and_leaves_it_asleep(fake_vllm):
+    class SleepingEngine(UnslothModelWithEngine):
+        """Standby: TRL sleeps the engine after each generation (trl vllm_generation.py:750-752)."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.asleep, self.events = True, []
+            self.llm_engine = SimpleNamespace(is_sleeping=lambda: self.asleep)
+
+        def wake_up(self, tags=None):
+            self.asleep = False
+            self.events.append("wake_up")
+
+        def sleep(self, level=1):
+            self.asleep = True
+            self.events.append(f"sleep({level})")
+
+        def fast_generate(self, prompts, **kwargs):
+            assert not self.asleep, "a sleeping engine has no KV cache to sample with"
+            self.events.append("generate")
+            return super().fast_generate(prompts, **kwargs)
+
+    engine = SleepingEngine()
+    VLLMGenerator(engine).generate(["ab"], max_new_tokens=4)
+    assert engine.events == ["wake_up", "generate", "sleep(2)"] and engine.asleep
+    awake = UnslothModelWithEngine()  # no sleep mode: nothing to do
+    VLLMGenerator(awake).generate(["ab"], max_new_tokens=4)
+    assert len(awake.calls) == 1
+
+
 def test_the_trainers_live_lora_scratch_stays_in_the_run_folder(tmp_path, monkeypatch):
     built: dict[str, Any] = {}
     monkeypatch.setattr(unsloth_backend, "build_grpo_trainer", lambda *args, **kwargs: built.setdefault("args", args))

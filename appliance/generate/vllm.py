@@ -21,10 +21,11 @@ Two rules every path follows:
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from appliance.errors import ApplianceError
 from appliance.generate.base import Generator, Sample
@@ -76,8 +77,8 @@ class VLLMGenerator(Generator):
     def tokenizer(self) -> Any:
         """The tokenizer prompts are rendered and encoded with: given, or the engine's own (`get_tokenizer()`)."""
         if self._tokenizer is None:
-            llm = colocated_engine(self.engine) or self.engine
-            self._tokenizer = llm.get_tokenizer()
+            llm = colocated_engine(self.engine)
+            self._tokenizer = (self.engine if llm is None else llm).get_tokenizer()
         return self._tokenizer
 
     @classmethod
@@ -135,9 +136,11 @@ class VLLMGenerator(Generator):
         return results
 
     def _run(self, prompts: list[dict[str, list[int]]], params: Any) -> list[Any]:
-        if colocated_engine(self.engine) is not None:  # Unsloth's model: its engine, its LoRA request ids
+        llm = colocated_engine(self.engine)
+        if llm is not None:  # Unsloth's model: its engine, its LoRA request ids
             lora = self.engine.load_lora(str(self.adapter), load_tensors=False) if self.adapter else None
-            return self.engine.fast_generate(prompts, sampling_params=params, lora_request=lora, use_tqdm=False)
+            with _awake(llm):
+                return self.engine.fast_generate(prompts, sampling_params=params, lora_request=lora, use_tqdm=False)
         return self.engine.generate(prompts, sampling_params=params, lora_request=self._lora_request(), use_tqdm=False)
 
     def _lora_request(self) -> Any:
@@ -149,6 +152,26 @@ class VLLMGenerator(Generator):
         # vLLM caches adapters by integer id, so a new folder needs a new id.
         adapter_id = self._adapter_ids.setdefault(key, len(self._adapter_ids) + 1)
         return LoRARequest(self.adapter.name, adapter_id, key)
+
+
+@contextlib.contextmanager
+def _awake(llm: Any) -> Iterator[None]:
+    """Wake a colocated engine that training put to sleep, and put it back to sleep afterwards.
+
+    Under standby TRL sleeps the engine after each generation (trl 1.15 vllm_generation.py:750-752,
+    level 2) and wakes it only inside its own generate, through Unsloth's patched sync_weights
+    (unsloth models/rl_replacements.py:5523, `wake_up()` with no tags); a held-out eval at a
+    checkpoint comes between the two. `is_sleeping` is vllm v1/engine/llm_engine.py:443.
+    """
+    is_sleeping = getattr(getattr(llm, "llm_engine", None), "is_sleeping", None)
+    if is_sleeping is None or not is_sleeping():
+        yield
+        return
+    llm.wake_up()
+    try:
+        yield
+    finally:
+        llm.sleep(level=2)  # as TRL left it, so training gets its memory back
 
 
 def adapter_rank(adapter: str | Path) -> int:
