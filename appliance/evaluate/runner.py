@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 from appliance.errors import ApplianceError
 from appliance.evaluate.agent import Trajectory, label_lost_track, run_trajectories
-from appliance.evaluate.decision import DecisionThresholds, Recommendation, recommend
+from appliance.evaluate.decision import DecisionThresholds, Recommendation, failure_detail, recommend
 from appliance.evaluate.metrics import ScoredSample, summarize
 from appliance.evaluate.scoring import Scorer, make_scorer
 from appliance.events import EvalFinished, EventSink, Progress, RunStarted, null_sink
@@ -191,6 +191,7 @@ def run_eval(settings: EvalSettings, *, workspace: Any = None, sink: EventSink =
     metrics = summarize(session.samples, [t for t in tasks if t.id in done_ids], settings.k, wall)
     if session.scorer.is_bfcl:
         metrics["bfcl"] = _bfcl_breakdown(session.samples, pack)
+    metrics["failure_detail"] = failure_detail(session.samples, {t.id: t for t in tasks}, pack.tools_for)
     rec = recommend(metrics, thresholds)
     if writer is not None:
         writer.write_eval(eval_id, metrics, rec, backend_reason, interrupted)

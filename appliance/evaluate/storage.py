@@ -56,7 +56,8 @@ class EvalWriter:
         self.ws.append("evals", [{
             "id": eval_id, "status": "interrupted" if interrupted else "finished",
             "n_samples": metrics["n_samples"], "success_rate": metrics["execution_success_rate"],
-            "metrics": {**metrics, "recommendation": {"action": rec.action, "reason": rec.reason},
+            "metrics": {**metrics, "recommendation": {"action": rec.action, "reason": rec.reason,
+                                                  "fix": rec.fix.to_json() if rec.fix else None},
                         "backend_reason": backend_reason},
             "finished_at": time.time(),
         }])
