@@ -109,7 +109,7 @@ def _format(p: argparse.ArgumentParser, what: str = "the records") -> None:
 
 def _add_tasks(sub: argparse._SubParsersAction) -> None:
     tasks = sub.add_parser("tasks", help="list, check, describe and generate task packs")
-    tsub = tasks.add_subparsers(dest="tasks_cmd", required=True, metavar="{list,check,stats,generate,new}")
+    tsub = tasks.add_subparsers(dest="tasks_cmd", required=True, metavar="{list,check,stats,generate,new,expand}")
     p = tsub.add_parser("list", help="list the packs under tasks/")
     _format(p, "the packs")
     _common(p)
@@ -125,9 +125,10 @@ def _add_tasks(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workbench", default=None,
                    help="folder with WorkBench's data/ (default: ../shared/datasets/workbench if present)")
     _common(p)
-    from appliance.userworld.cli import add_tasks_new
+    from appliance.userworld.cli import add_tasks_expand, add_tasks_new
 
     add_tasks_new(tsub)
+    add_tasks_expand(tsub)
 
 
 def _add_verify(sub: argparse._SubParsersAction) -> None:

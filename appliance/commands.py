@@ -66,6 +66,10 @@ def cmd_tasks(args: argparse.Namespace) -> int:
         from appliance.userworld.cli import cmd_tasks_new
 
         return cmd_tasks_new(args)
+    if args.tasks_cmd == "expand":
+        from appliance.userworld.cli import cmd_tasks_expand
+
+        return cmd_tasks_expand(args)
     raise ApplianceError(f"unknown tasks command {args.tasks_cmd!r}.")
 
 
