@@ -109,7 +109,7 @@ def _format(p: argparse.ArgumentParser, what: str = "the records") -> None:
 
 def _add_tasks(sub: argparse._SubParsersAction) -> None:
     tasks = sub.add_parser("tasks", help="list, check, describe and generate task packs")
-    tsub = tasks.add_subparsers(dest="tasks_cmd", required=True, metavar="{list,check,stats,generate,new,expand}")
+    tsub = tasks.add_subparsers(dest="tasks_cmd", required=True, metavar="{list,check,stats,generate,new,expand,from-failures}")
     p = tsub.add_parser("list", help="list the packs under tasks/")
     _format(p, "the packs")
     _common(p)
@@ -129,6 +129,9 @@ def _add_tasks(sub: argparse._SubParsersAction) -> None:
 
     add_tasks_new(tsub)
     add_tasks_expand(tsub)
+    from appliance.flywheel.cli import add_tasks_from_failures
+
+    add_tasks_from_failures(tsub)
 
 
 def _add_verify(sub: argparse._SubParsersAction) -> None:

@@ -70,6 +70,10 @@ def cmd_tasks(args: argparse.Namespace) -> int:
         from appliance.userworld.cli import cmd_tasks_expand
 
         return cmd_tasks_expand(args)
+    if args.tasks_cmd == "from-failures":
+        from appliance.flywheel.cli import cmd_tasks_from_failures
+
+        return cmd_tasks_from_failures(args)
     raise ApplianceError(f"unknown tasks command {args.tasks_cmd!r}.")
 
 
