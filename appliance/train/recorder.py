@@ -15,6 +15,12 @@ checkpoint and replays the steps after it (with the RNG state restored, so the
 same samples); steps that already have rows in the store are not written again
 (`skip_through_step`), which keeps the table free of duplicates without
 deleting anything from an append-only store.
+
+Several processes (accelerate launch, appliance/recipe/): each rank scores and
+writes its own slice of the step's batch, and a group of `num_generations`
+may span ranks. `gather_task_ids` (every rank's task ids, in rank order) lets
+a rank number its samples after those of the ranks before it, so
+(step, task_id, sample_index) stays unique across the run.
 """
 from __future__ import annotations
 
@@ -34,7 +40,8 @@ class RolloutRecorder:
 
     def __init__(self, run_id: str, reward_funcs: list[Callable], reward_weights: list[float] | None,
                  verify: Callable[..., Any] | None, write_rows: Callable[[list[dict]], None],
-                 sink: EventSink = null_sink, skip_through_step: int = 0) -> None:
+                 sink: EventSink = null_sink, skip_through_step: int = 0, rank: int = 0,
+                 gather_task_ids: Callable[[list[str]], list[list[str]]] | None = None) -> None:
         self.run_id = run_id
         self.names = [reward_name(f, i) for i, f in enumerate(reward_funcs)]
         self.weights = list(reward_weights) if reward_weights else [1.0] * len(reward_funcs)
@@ -42,6 +49,8 @@ class RolloutRecorder:
         self.write_rows = write_rows
         self.sink = sink
         self.skip_through_step = skip_through_step
+        self.rank = rank
+        self.gather_task_ids = gather_task_ids
         self.wrapped = [self._wrap(f, name) for f, name in zip(reward_funcs, self.names)]
         self._scores: dict[str, list[float | None]] = {}
         self._batch_key: int | None = None
@@ -77,7 +86,7 @@ class RolloutRecorder:
         trajectories = kwargs.get("agent_trajectory") or [None] * len(completions)
         # A multi-turn episode is stored as its transcript (chat markers kept), not TRL's marker-less decode.
         completions = kwargs.get("transcript") or completions
-        seen: dict[str, int] = {}
+        seen = self._samples_before_this_rank([str(t) for t in task_ids[:len(completions)]])
         rows = []
         for i, (prompt, completion) in enumerate(zip(prompts, completions)):
             task_id = str(task_ids[i])
@@ -96,6 +105,16 @@ class RolloutRecorder:
             })
         self._pending = rows
         self._buffer.extend(rows)
+
+    def _samples_before_this_rank(self, task_ids: list[str]) -> dict[str, int]:
+        """Per task, how many of this batch's samples lower ranks hold (all zero in one process)."""
+        seen: dict[str, int] = {}
+        if self.gather_task_ids is None:
+            return seen
+        for ids in self.gather_task_ids(task_ids)[:self.rank]:
+            for task_id in ids:
+                seen[task_id] = seen.get(task_id, 0) + 1
+        return seen
 
     def _verdict_fields(self, task_id: str, completion: str, trajectory: dict | None = None) -> dict[str, Any]:
         if self.verify is None:
