@@ -285,20 +285,30 @@ def _add_checkpoints(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--root", default="checkpoints")
 
 
+# (flag, PipelineSettings field, type); defaults and help come from the field.
+_RUN_FLAGS = (
+    ("--model", "model", str), ("--pack", "pack", str), ("--quick", "quick", bool),
+    ("--baseline-only", "baseline_only", bool), ("--checkpoints", "checkpoints_root", str),
+    ("--baseline-k", "baseline_k", positive_int), ("--eval-limit", "eval_limit", positive_int),
+    ("--sft-steps", "sft_steps", positive_int), ("--grpo-steps", "grpo_steps", positive_int),
+)
+
+
 def _add_run(sub: argparse._SubParsersAction) -> None:
+    from dataclasses import MISSING, fields
+
+    from appliance.pipeline import PipelineSettings
+
+    spec = {f.name: f for f in fields(PipelineSettings)}
     p = sub.add_parser("run", help="the whole workflow: baseline → decide → SFT → GRPO → eval → promote")
-    p.add_argument("--model", default=DEFAULT_MODEL)
-    p.add_argument("--pack", default=DEFAULT_PACK)
-    p.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run of every stage")
-    p.add_argument("--baseline-only", action="store_true", help="stop after the baseline eval and recommendation")
-    p.add_argument("--checkpoints", default="checkpoints", help="adapter registry folder")
-    p.add_argument("--baseline-k", type=positive_int, default=1,
-                   help="baseline samples per task (1 = greedy; >1 adds pass@k)")
-    p.add_argument("--eval-limit", type=positive_int, default=None,
-                   help="held-out tasks per eval (default: the whole split)")
-    p.add_argument("--sft-steps", type=positive_int, default=None,
-                   help="SFT steps when SFT is recommended (default 150)")
-    p.add_argument("--grpo-steps", type=positive_int, default=None, help="GRPO steps (default 30)")
+    for flag, name, kind in _RUN_FLAGS:
+        default = spec[name].default if spec[name].default is not MISSING else None
+        help_text = spec[name].metadata["help"]
+        if kind is bool:
+            p.add_argument(flag, dest=name, action="store_true", help=help_text)
+        else:
+            shown = "" if default is None else f" (default: {default})"
+            p.add_argument(flag, dest=name, type=kind, default=default, help=help_text + shown)
     _common(p, events=True)
 
 

@@ -287,12 +287,9 @@ def _may_write_into(folder: Path, *, force: bool) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     from appliance.pipeline import PipelineSettings, run_pipeline
 
-    settings = PipelineSettings(model=args.model, pack=args.pack, quick=args.quick,
-                                baseline_only=args.baseline_only, tasks_root=args.tasks_root,
-                                checkpoints_root=args.checkpoints, baseline_k=args.baseline_k,
-                                eval_limit=args.eval_limit,
-                                **{name: getattr(args, name) for name in ("sft_steps", "grpo_steps")
-                                   if getattr(args, name) is not None})
+    from appliance.cli import _RUN_FLAGS
+
+    settings = PipelineSettings(tasks_root=args.tasks_root, **{name: getattr(args, name) for _, name, _ in _RUN_FLAGS})
     sink = _event_sink(args, baseline_live=True)
     result = run_pipeline(settings, workspace=_workspace(args), sink=sink)
     report.print_pipeline(result, baseline_shown=getattr(sink, "baseline_shown", None) is not None)

@@ -38,8 +38,9 @@ class PipelineSettings:
     baseline_k: int = field(default=1, metadata={
         "help": "samples per task in the baseline; 1 = greedy, which the gate can reuse; >1 adds pass@k"})
     eval_limit: int | None = field(default=None, metadata={"help": "held-out tasks per eval (None: all)"})
-    # Measured on 2 CPU cores with SmolLM2-135M (README, "Learning"): 150 SFT steps of 8 are two passes
-    # over workplace-single's 600 train tasks (16-22 min); 30 GRPO steps of 4 x 4 rollouts take 15-35 min.
+    # Measured on 2 CPU cores with SmolLM2-135M (docs/learning.md): 150 SFT steps of 8 are one pass over
+    # workplace-single's 1,200 train tasks (about 30 min at 12 s a step); 30 GRPO steps of 4 x 4 rollouts
+    # take 20-30 min with screening.
     sft_steps: int = field(default=150, metadata={"help": "SFT steps when SFT is recommended"})
     grpo_steps: int = field(default=30, metadata={"help": "GRPO steps"})
     checkpoints_root: str = field(default="checkpoints", metadata={"help": "adapter registry"})

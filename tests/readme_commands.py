@@ -41,7 +41,7 @@ def commands(text: str | None = None) -> list[str]:
     text = README.read_text() if text is None else text
     found = ["appliance " + line[len(_TOUR_PREFIX):] for line in tour(text) if line != _TOUR_PREFIX.strip()]
     for block in _FENCE.findall(text):
-        found += [_without_comment(line) for line in block.splitlines() if line.startswith("make ")]
+        found += [_without_comment(line) for line in block.splitlines() if line.startswith(("make ", "appliance "))]
     for span in _SPAN.findall(text):
         found += _expand_alternatives(span.strip())
     return list(dict.fromkeys(c.strip() for c in found))

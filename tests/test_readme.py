@@ -24,9 +24,10 @@ def test_the_readme_shows_the_tour_and_the_commands():
 @pytest.mark.parametrize("command", APPLIANCE)
 def test_every_readme_command_parses(command, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    for name in ("outputs.jsonl", "FILE"):
-        (tmp_path / name).write_text('{"task_id": "t", "output": ""}\n')
     words = [w for w in argv(command, {}) if w]
+    for name in [w for w in words if w == "FILE" or re.search(r"\.(jsonl|json|py)$", w)]:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text('{"task_id": "t", "output": ""}\n')
     words = [re.sub(r"^\[(.*)\]$", r"\1", w) for w in words]
     try:
         build_parser().parse_args(words)
