@@ -192,21 +192,27 @@ def _add_audit(sub: argparse._SubParsersAction) -> None:
 
 
 # (flag, TrainConfig field, type, the stage it belongs to or None for both); help and defaults come from the field.
-_TRAIN_FLAGS = (
+_TRAIN_FLAGS = (  # (flag, TrainConfig field, type, the stages that take it; None = every stage)
     ("--model", "model", str, None), ("--pack", "pack", str, None), ("--backend", "backend", str, None),
     ("--steps", "steps", int, None), ("--lr", "learning_rate", float, None), ("--lora-r", "lora_r", int, None),
     ("--lora-layers", "lora_layers", int, None), ("--eval-every", "eval_every", int, None),
     ("--init-adapter", "init_adapter", str, None), ("--resume", "resume_from", str, None),
     ("--checkpoints", "output", str, None), ("--seed", "seed", int, None),
     ("--train-split", "train_split", str, None), ("--eval-split", "eval_split", str, None),
-    ("--epochs", "epochs", float, "sft"), ("--batch-size", "batch_size", int, "sft"),
-    ("--preset", "preset", str, "grpo"), ("--num-generations", "num_generations", int, "grpo"),
-    ("--prompts-per-step", "prompts_per_step", int, "grpo"),
-    ("--max-completion-tokens", "max_completion_tokens", int, "grpo"),
-    ("--temperature", "temperature", float, "grpo"), ("--beta", "beta", float, "grpo"),
-    ("--reward", "reward", str, "grpo"), ("--task-selection", "task_selection", str, "grpo"),
-    ("--screen-limit", "screen_limit", int, "grpo"),
+    ("--epochs", "epochs", float, ("sft",)), ("--batch-size", "batch_size", int, ("sft", "dpo")),
+    ("--preset", "preset", str, ("grpo",)), ("--num-generations", "num_generations", int, ("grpo",)),
+    ("--prompts-per-step", "prompts_per_step", int, ("grpo",)),
+    ("--max-completion-tokens", "max_completion_tokens", int, ("grpo",)),
+    ("--temperature", "temperature", float, ("grpo",)), ("--beta", "beta", float, ("grpo", "dpo")),
+    ("--reward", "reward", str, ("grpo",)), ("--task-selection", "task_selection", str, ("grpo",)),
+    ("--screen-limit", "screen_limit", int, ("grpo",)),
+    ("--pairs-from", "pairs_from", str, ("dpo",)), ("--pairs-per-task", "pairs_per_task", int, ("dpo",)),
+    ("--min-pairs", "min_pairs", int, ("dpo",)),
 )
+# What each stage trains on, for its help line.
+_STAGE_HELP = {"sft": "SFT with LoRA on the pack's `train` split",
+               "grpo": "GRPO with LoRA on the pack's `train_rl` (or `train`) split",
+               "dpo": "DPO with LoRA on pairs of stored samples of the pack's `train` tasks (cpu backend)"}
 
 
 def train_flag(field_name: str) -> str:
@@ -228,21 +234,20 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     """Every flag is a TrainConfig field: its help text is the field's, and the default shown is the field's."""
     from dataclasses import MISSING, fields
 
-    from appliance.train.config import TrainConfig
+    from appliance.train.config import STAGES, TrainConfig
 
     spec = {f.name: f for f in fields(TrainConfig)}
     choices = _train_choices()
-    train = sub.add_parser("train", help="LoRA training: `train sft` or `train grpo`")
-    tsub = train.add_subparsers(dest="stage", required=True, metavar="{sft,grpo}")
-    for stage in ("sft", "grpo"):
-        pool = "`train`" if stage == "sft" else "`train_rl` (or `train`)"
-        p = tsub.add_parser(stage, help=f"{stage.upper()} with LoRA on the pack's {pool} split")
+    train = sub.add_parser("train", help="LoRA training: `train sft`, `train grpo` or `train dpo`")
+    tsub = train.add_subparsers(dest="stage", required=True, metavar="{" + ",".join(STAGES) + "}")
+    for stage in STAGES:
+        p = tsub.add_parser(stage, help=_STAGE_HELP[stage])
         p.add_argument("--config", default=None, help="JSON run config to start from (flags override it)")
         for flag, name, kind, only in _TRAIN_FLAGS:
-            if only not in (None, stage):
+            if only is not None and stage not in only:
                 continue
             default = spec[name].default if spec[name].default is not MISSING else None
-            shown = "the stage's" if name == "learning_rate" else default
+            shown = "the stage's" if name in ("learning_rate", "beta") else default
             # None: keep the value from --config / the resumed run / TrainConfig's default.
             p.add_argument(flag, type=kind, default=None, choices=choices.get(name),
                            metavar=None if name in choices else name.upper(),

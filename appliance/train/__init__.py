@@ -1,4 +1,4 @@
-"""Training: SFT and GRPO (grpo, dr_grpo, dapo, gspo presets) of a LoRA, with versioned checkpoints.
+"""Training: SFT, GRPO (grpo, dr_grpo, dapo, gspo presets) and DPO of a LoRA, with versioned checkpoints.
 
     from appliance.train import TrainConfig, run_sft, run_grpo
     result = run_grpo(TrainConfig(pack="workplace-single", steps=16), sink=print_event)
@@ -31,5 +31,11 @@ def run_grpo(config: TrainConfig, **kwargs: Any) -> TrainResult:
     return _run_grpo(config, **kwargs)
 
 
+def run_dpo(config: TrainConfig, **kwargs: Any) -> TrainResult:
+    from .dpo import run_dpo as _run_dpo
+
+    return _run_dpo(config, **kwargs)
+
+
 __all__ = ["Backend", "PRESETS", "TrainConfig", "TrainResult", "check_reward_hacking", "check_versions",
-           "field_help", "get_backend", "grpo_options", "pick_backend", "run_grpo", "run_sft"]
+           "field_help", "get_backend", "grpo_options", "pick_backend", "run_dpo", "run_grpo", "run_sft"]

@@ -1,4 +1,4 @@
-"""From `appliance train sft|grpo` flags to a TrainConfig and a run with held-out evals."""
+"""From `appliance train sft|grpo|dpo` flags to a TrainConfig and a run with held-out evals."""
 from __future__ import annotations
 
 import argparse
@@ -10,7 +10,8 @@ from appliance.train.config import TrainConfig
 
 _FIELDS = ("model", "pack", "backend", "steps", "lora_r", "lora_layers", "eval_every", "init_adapter", "seed", "preset",
            "num_generations", "prompts_per_step", "max_completion_tokens", "temperature", "beta", "epochs", "batch_size",
-           "task_selection", "screen_limit", "train_split", "eval_split", "reward")
+           "task_selection", "screen_limit", "train_split", "eval_split", "reward", "pairs_from", "pairs_per_task",
+           "min_pairs")
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
@@ -52,7 +53,7 @@ def _refuse_changed_settings(config: TrainConfig, given: set[str]) -> None:
 def train_from_args(args: argparse.Namespace, *, sink: EventSink, workspace: Any) -> TrainResult:
     from appliance.evaluate.heldout import make_heldout_eval
     from appliance.packs import load_pack
-    from appliance.train import run_grpo, run_sft
+    from appliance.train import run_dpo, run_grpo, run_sft
     from appliance.train.common import resumed_config
 
     config = config_from_args(args)
@@ -61,5 +62,5 @@ def train_from_args(args: argparse.Namespace, *, sink: EventSink, workspace: Any
     on_eval = make_heldout_eval(model=effective.model, pack=effective.pack, workspace=workspace,
                                 split=effective.eval_split, tasks_root=args.tasks_root, sink=sink,
                                 limit=args.eval_limit or None)
-    runner = run_sft if config.stage == "sft" else run_grpo
+    runner = {"sft": run_sft, "grpo": run_grpo, "dpo": run_dpo}[config.stage]
     return runner(config, sink=sink, on_eval=on_eval, workspace=workspace, pack=pack)

@@ -1,4 +1,4 @@
-"""What SFT and GRPO runs share: the run folder, the store, resume, checkpoints, OOM advice, the result.
+"""What SFT, GRPO and DPO runs share: the run folder, the store, resume, checkpoints, OOM advice, the result.
 
 A run lives in three places:
     runs/<run_id>/config.json          the TrainConfig (also in every checkpoint manifest)
@@ -364,7 +364,7 @@ FIXED_TRAINER_ARGS: dict[str, Any] = {
 
 
 def trainer_args(config: TrainConfig, run: RunContext) -> dict[str, Any]:
-    """TrainingArguments shared by SFTConfig and GRPOConfig."""
+    """TrainingArguments shared by SFTConfig, GRPOConfig and DPOConfig."""
     return {
         **FIXED_TRAINER_ARGS,
         "output_dir": str(run.trainer_dir),

@@ -1,4 +1,4 @@
-"""The one typed config of a training run (SFT or GRPO).
+"""The one typed config of a training run (SFT, GRPO or DPO).
 
 Every field carries its help string where it is declared; the CLI builds its
 flags from these and the run saves the config as JSON next to the run
@@ -16,7 +16,8 @@ screened for uncertainty one template at a time (task_selection=
 uncertain_by_template), the one of the two screening settings tried on `dev`
 that did not lose there: a global ranking kept mostly short answers and taught
 the model to drop arguments. No GRPO setting has yet beaten its SFT start on
-held-out tasks by a margin that holds.
+held-out tasks by a margin that holds. DPO's defaults (lr 5e-5, beta 0.1, TRL's
+sigmoid loss) are common LoRA starting points, not yet measured here.
 """
 from __future__ import annotations
 
@@ -29,13 +30,15 @@ from ..errors import ApplianceError
 from ..packs.manifest import EVAL_SPLITS, TRAIN_SPLITS
 
 BACKENDS = ("auto", "cpu", "unsloth")
-STAGES = ("sft", "grpo")
+STAGES = ("sft", "grpo", "dpo")
 # GRPO: every task of its pool, the most uncertain ones, or the most uncertain of each template in turn (screen.py)
 TASK_SELECTIONS = ("all", "uncertain", "uncertain_by_template")
 ALL_LINEAR = "all-linear"
 # What `all-linear` means for the Llama/Qwen-style decoders we train, where an explicit list is needed.
 ALL_LINEAR_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-DEFAULT_LEARNING_RATE = {"sft": 3e-4, "grpo": 5e-5}
+DEFAULT_LEARNING_RATE = {"sft": 3e-4, "grpo": 5e-5, "dpo": 5e-5}
+# GRPO: no KL term (no reference forward pass); DPO: TRL's default (DPOConfig.beta), 0 would make its loss flat.
+DEFAULT_BETA = {"sft": 0.0, "grpo": 0.0, "dpo": 0.1}
 
 
 def _help(text: str) -> dict[str, str]:
@@ -49,18 +52,21 @@ class TrainConfig:
     model: str = field(default="smollm2-135m", metadata=_help(
         "Base model: a catalogue name (e.g. smollm2-135m, the embedded default) or a local model directory."))
     pack: str = field(default="workplace-single", metadata=_help(
-        "Task pack to train on: SFT on its `train` split, GRPO on `train_rl` when it has one (held-out splits are "
-        "for eval only)."))
+        "Task pack to train on: SFT and DPO on its `train` split, GRPO on `train_rl` when it has one (held-out "
+        "splits are for eval only)."))
     backend: str = field(default="auto", metadata=_help(
         "auto (unsloth when CUDA and unsloth are available, else cpu), cpu (transformers fp32 + PEFT + TRL), "
-        "or unsloth (4-bit LoRA with a colocated vLLM engine)."))
-    stage: str = field(default="grpo", metadata=_help("sft (supervised on the expected calls) or grpo (RL on the reward)."))
+        "or unsloth (4-bit LoRA with a colocated vLLM engine). DPO runs on cpu only (auto picks it; it uses a "
+        "CUDA GPU in fp32 when one is visible)."))
+    stage: str = field(default="grpo", metadata=_help(
+        "sft (supervised on the expected calls), grpo (RL on the reward) or dpo (preference pairs of stored "
+        "samples: success over failure, safe over unsafe)."))
     preset: str = field(default="grpo", metadata=_help(
         "GRPO variant: grpo, dr_grpo, dapo or gspo (see appliance.train.presets for the exact TRL options)."))
     steps: int = field(default=16, metadata=_help("Optimizer steps to run (one step = one batch of prompts)."))
     learning_rate: float | None = field(default=None, metadata=_help(
-        "Peak learning rate for the LoRA weights; None = the stage's default (SFT 3e-4, GRPO 5e-5)."))
-    batch_size: int = field(default=8, metadata=_help("SFT only: examples per optimizer step."))
+        "Peak learning rate for the LoRA weights; None = the stage's default (SFT 3e-4, GRPO 5e-5, DPO 5e-5)."))
+    batch_size: int = field(default=8, metadata=_help("SFT and DPO: examples (DPO: pairs) per optimizer step."))
     lora_r: int = field(default=16, metadata=_help("LoRA rank."))
     lora_alpha: int = field(default=32, metadata=_help("LoRA scaling numerator (effective scale alpha / r)."))
     lora_targets: str = field(default=ALL_LINEAR, metadata=_help(
@@ -88,10 +94,12 @@ class TrainConfig:
     max_seq_length: int = field(default=2048, metadata=_help(
         "Longest prompt + completion in tokens (SFT truncates beyond it; Unsloth sizes its buffers with it)."))
     temperature: float = field(default=1.0, metadata=_help("Sampling temperature for GRPO rollouts."))
-    beta: float = field(default=0.0, metadata=_help(
-        "KL coefficient (0 skips the reference forward pass). The reference is the starting policy on the cpu "
-        "backend (init_adapter, else the base model) but always the base model on unsloth, which drops TRL's "
-        "copy of the starting adapter; a run from init_adapter with beta > 0 there warns."))
+    beta: float | None = field(default=None, metadata=_help(
+        "GRPO: KL coefficient (0 skips the reference forward pass). The reference is the starting policy on the "
+        "cpu backend (init_adapter, else the base model) but always the base model on unsloth, which drops TRL's "
+        "copy of the starting adapter; a run from init_adapter with beta > 0 there warns. DPO: DPO's beta, how "
+        "strongly the policy is held to the reference (the starting policy: init_adapter, else the base model); "
+        "higher stays closer, must be above 0. None = the stage's default (GRPO 0, DPO 0.1)."))
     epsilon: float | None = field(default=None, metadata=_help(
         "Lower clipping bound of the importance ratio (1 - epsilon); None = the preset's value (0.2; gspo 3e-4)."))
     epsilon_high: float | None = field(default=None, metadata=_help(
@@ -128,8 +136,18 @@ class TrainConfig:
         "Held-out split of the checkpoint evals: `dev` while choosing settings, `val` to report a chosen one."))
     reward: str | None = field(default=None, metadata=_help(
         "GRPO reward scheme: binary, shaped or safe (binary with -1 for an unsafe action); None = the pack's."))
+    pairs_from: str | None = field(default=None, metadata=_help(
+        "DPO: the run id (its rollouts and the evals it ran) or eval id whose stored samples become preference "
+        "pairs; None = every run and eval of the pack in the workspace. Only training-split tasks are paired."))
+    pairs_per_task: int = field(default=4, metadata=_help(
+        "DPO: the most pairs taken from one task (unsafe rejections first), so a task sampled often cannot "
+        "dominate."))
+    min_pairs: int = field(default=8, metadata=_help(
+        "DPO: refuse to start with fewer pairs than this (one batch at the default batch size)."))
 
     def __post_init__(self) -> None:
+        if self.beta is None and self.stage in DEFAULT_BETA:  # an unknown stage is refused by validate
+            self.beta = DEFAULT_BETA[self.stage]
         self.validate()
 
     def validate(self) -> None:
@@ -139,7 +157,7 @@ class TrainConfig:
         if self.backend not in BACKENDS:
             raise ApplianceError(f"Unknown backend {self.backend!r}; choose one of {', '.join(BACKENDS)}.")
         if self.stage not in STAGES:
-            raise ApplianceError(f"Unknown stage {self.stage!r}; choose sft or grpo.")
+            raise ApplianceError(f"Unknown stage {self.stage!r}; choose one of {', '.join(STAGES)}.")
         if self.preset not in PRESETS:
             raise ApplianceError(f"Unknown preset {self.preset!r}; choose one of {', '.join(PRESETS)}.")
         if self.steps < 1:
@@ -149,10 +167,10 @@ class TrainConfig:
                                  f"{DEFAULT_LEARNING_RATE[self.stage]:g}, not {self.learning_rate!r}.")
         if self.lora_r < 1:
             raise ApplianceError(f"lora_r must be at least 1, not {self.lora_r!r}.")
-        if self.stage == "sft":
+        if self.stage in ("sft", "dpo"):
             if self.batch_size < 1:
                 raise ApplianceError(f"batch_size must be at least 1, not {self.batch_size!r}.")
-            if self.epochs is not None and not 0 < self.epochs < float("inf"):
+            if self.stage == "sft" and self.epochs is not None and not 0 < self.epochs < float("inf"):
                 raise ApplianceError(f"epochs must be a positive number of passes, not {self.epochs!r}.")
         if self.stage == "grpo":
             for name in ("prompts_per_step", "max_completion_tokens"):
@@ -162,6 +180,13 @@ class TrainConfig:
                 raise ApplianceError(f"temperature must be above 0 (GRPO samples), not {self.temperature!r}.")
             if not 0 <= self.beta < float("inf"):
                 raise ApplianceError(f"beta must be 0 (no KL term) or more, not {self.beta!r}.")
+        if self.stage == "dpo":
+            if not 0 < self.beta < float("inf"):
+                raise ApplianceError(f"beta must be above 0 for DPO (0 makes its loss flat), such as "
+                                     f"{DEFAULT_BETA['dpo']:g}, not {self.beta!r}.")
+            for name in ("pairs_per_task", "min_pairs"):
+                if getattr(self, name) < 1:
+                    raise ApplianceError(f"{name} must be at least 1, not {getattr(self, name)!r}.")
         if self.stage == "grpo" and self.num_generations < 2:
             raise ApplianceError("GRPO needs num_generations >= 2: advantages compare completions within a group.")
         if self.lora_r > self.max_lora_rank:

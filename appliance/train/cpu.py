@@ -1,4 +1,4 @@
-"""The CPU backend: transformers in fp32, a PEFT LoRA, the stock TRL trainers.
+"""The CPU backend: transformers in fp32, a PEFT LoRA, the stock TRL trainers (SFT, GRPO, DPO).
 
 No quantisation and no vLLM: GRPO samples with our batched transformers
 generator through a TRL `rollout_func` (appliance.train.rollout). Four settings
@@ -116,6 +116,12 @@ class CpuBackend:
         return build_grpo_trainer(model, tokenizer, dataset, {**args, **self.backend_args(), "use_vllm": False},
                                   reward_funcs, callbacks, trainer_mixin, rollout_func=rollout)
 
+    def make_dpo_trainer(self, model: Any, tokenizer: Any, dataset: Any, config: TrainConfig,
+                         args: dict[str, Any], callbacks: list[Any]) -> Any:
+        from .dpo import build_dpo_trainer
+
+        return build_dpo_trainer(model, tokenizer, dataset, {**args, **self.backend_args()}, callbacks)
+
     def rollout_func(self, tokenizer: Any, config: TrainConfig, episodes: Any = None) -> Callable:
         """Sampling that prefills each prompt once per group (appliance.train.rollout), or, given
         `episodes`, whole multi-turn episodes in the tasks' worlds (appliance.train.multiturn)."""
@@ -131,6 +137,10 @@ class CpuBackend:
         return SharedPrefixRollout(tokenizer, config)
 
     def save_adapter(self, model: Any, out_dir: str | Path) -> None:
+        # DPO adds a frozen "ref" copy of the starting adapter (trl dpo_trainer.py:666-690); only the trained one is saved.
+        if "ref" in (getattr(model, "peft_config", None) or {}):
+            model.save_pretrained(str(out_dir), selected_adapters=["default"])
+            return
         model.save_pretrained(str(out_dir))
 
     def peak_memory_bytes(self) -> int | None:

@@ -1,0 +1,133 @@
+"""DPO of a LoRA on preference pairs built from the store: success over failure, safe over unsafe.
+
+The flywheel's cheapest learning step after SFT: the samples that evals and GRPO runs already stored
+are paired per task (pairs.py) and TRL's DPOTrainer fits the LoRA with its sigmoid loss (the paper's
+DPO), beta = TrainConfig.beta. The prompt of a pair is exactly what eval renders for the task
+(common.prompt_for), the two completions are the stored texts; TRL appends the EOS to both.
+
+The reference is the starting policy: TRL copies a loaded adapter (--init-adapter) into a frozen "ref"
+adapter (trl dpo_trainer.py:666-690), and a fresh LoRA's reference is the base model, which it equals at
+step 0. Simplifications: one pass of pair selection at the start (the pairs are saved in
+runs/<run_id>/pairs.json, and a resumed run trains on those); single-turn packs only (a multi-turn
+sample's stored completion is only its last turn); the cpu backend only (on a CUDA machine it trains
+in fp32 on the GPU).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from typing import Any, Callable
+
+from .. import checkpoints as registry
+from ..errors import ApplianceError
+from ..events import EventSink, Log, null_sink
+from .callbacks import build_callback
+from .common import (TrainResult, _load_pack, _open_workspace, finish_run, prompt_for, resumed_config, start_run,
+                     train_with_guard, trainer_args)
+from .config import TrainConfig
+from .pairs import PAIRS_FILE, PairSelection, select_pairs
+
+# Backends with a DPO trainer (`make_dpo_trainer`); `auto` picks the first.
+DPO_BACKENDS = ("cpu",)
+
+
+def dpo_backend(config: TrainConfig) -> TrainConfig:
+    """The config with a backend that can run DPO, or one sentence saying which to choose."""
+    if config.backend == "auto":
+        return dataclasses.replace(config, backend=DPO_BACKENDS[0])
+    if config.backend not in DPO_BACKENDS:
+        raise ApplianceError(f"DPO runs on the {' or '.join(DPO_BACKENDS)} backend only for now, not "
+                             f"{config.backend}; pass --backend {DPO_BACKENDS[0]} (it uses a CUDA GPU in fp32 when "
+                             f"one is visible).")
+    return config
+
+
+def pairs_or_fail(config: TrainConfig, pack: Any, workspace: Any) -> PairSelection:
+    """Select the pairs and refuse, before any model loads, a pack or store that cannot give enough."""
+    from .multiturn import is_multi_turn, turn_limit
+
+    if is_multi_turn(pack):
+        raise ApplianceError(f"DPO pairs single-turn samples, and pack '{pack.name}' is multi-turn (max_turns "
+                             f"{turn_limit(pack)}); train it with sft or grpo.")
+    split = config.training_split(pack)
+    if split not in pack.splits or not pack.tasks(split):
+        raise ApplianceError(f"pack '{pack.name}' has no tasks in a '{split}' split to pair; it has "
+                             f"{', '.join(pack.splits)}.")
+    selection = select_pairs(workspace, pack, split, pairs_from=config.pairs_from,
+                             pairs_per_task=config.pairs_per_task, seed=config.seed)
+    if len(selection.pairs) < config.min_pairs:
+        where = f"the samples of {config.pairs_from}" if config.pairs_from else f"the store's samples of {pack.name}"
+        raise ApplianceError(
+            f"Only {len(selection.pairs)} DPO pairs (need {config.min_pairs}) in {where}: "
+            f"{selection.counts['tasks_with_samples']} {split} tasks have samples, "
+            f"{selection.counts['tasks_with_pairs']} have both a success and a failure or a safe and an unsafe one; "
+            f"run `appliance eval` on the {split} split with --k above 1 (or a GRPO run) to store more, "
+            f"or lower --min-pairs.")
+    return selection
+
+
+def saved_pairs(run_dir: Any) -> PairSelection:
+    data = json.loads((run_dir / PAIRS_FILE).read_text(encoding="utf-8"))
+    return PairSelection(pairs=data["pairs"], rules=data["rules"], counts=data.get("counts", {}))
+
+
+def prompt_as_trl_tokenizes(prompt: str, tokenizer: Any) -> str:
+    """The prompt text whose TRL tokenization equals eval's ids.
+
+    TRL's DPO tokenizes text with the tokenizer's special tokens (trl data_utils.py `_tokenize`:
+    `processing_class(text=...)`), while our rendered prompts already begin with the BOS where the
+    template puts one and eval tokenizes them with add_special_tokens=False. For a tokenizer that adds a
+    BOS itself, leave the rendered one out so the ids are the same rather than a doubled BOS.
+    """
+    bos = getattr(tokenizer, "bos_token", None)
+    adds_bos = bos is not None and tokenizer("")["input_ids"][:1] == [tokenizer.bos_token_id]
+    return prompt[len(bos):] if adds_bos and prompt.startswith(bos) else prompt
+
+
+def dpo_rows(pack: Any, tokenizer: Any, pairs: list[dict[str, Any]]) -> list[dict[str, str]]:
+    tasks = {task.id: task for split in pack.splits for task in pack.tasks(split)}
+    return [{"prompt": prompt_as_trl_tokenizes(prompt_for(pack, tokenizer, tasks[p["task_id"]]), tokenizer),
+             "chosen": p["chosen"], "rejected": p["rejected"]} for p in pairs]
+
+
+def dpo_args(config: TrainConfig, run: Any) -> dict[str, Any]:
+    return {**trainer_args(config, run), "per_device_train_batch_size": config.batch_size,
+            "max_length": config.max_seq_length, "beta": float(config.beta), "loss_type": ["sigmoid"],
+            "precompute_ref_log_probs": False}
+
+
+def build_dpo_trainer(model: Any, tokenizer: Any, dataset: Any, args: dict[str, Any], callbacks: list[Any]) -> Any:
+    """TRL's DPOTrainer from DPOConfig kwargs; with a PeftModel and no ref_model, the reference is the starting adapter."""
+    from trl import DPOConfig, DPOTrainer
+
+    return DPOTrainer(model=model, args=DPOConfig(**args), train_dataset=dataset, processing_class=tokenizer,
+                      callbacks=callbacks)
+
+
+def run_dpo(config: TrainConfig, *, sink: EventSink = null_sink, on_eval: Callable[..., dict] | None = None,
+            pack: Any = None, workspace: Any = None) -> TrainResult:
+    """Train a LoRA with DPO on pairs of stored samples of `config.pack`; checkpoints every eval_every steps and at the end."""
+    from datasets import Dataset
+
+    started = time.perf_counter()
+    resuming = bool(config.resume_from)
+    effective = dpo_backend(resumed_config(config) if resuming else dataclasses.replace(config, stage="dpo"))
+    pack = pack if pack is not None else _load_pack(effective.pack)
+    workspace = workspace or _open_workspace(effective.workspace)
+    selection = None if resuming else pairs_or_fail(effective, pack, workspace)  # before any model loads
+    run = start_run(effective if not resuming else config, "dpo", sink, pack=pack, workspace=workspace)
+    if selection is None and (run.run_dir / PAIRS_FILE).is_file():
+        selection = saved_pairs(run.run_dir)  # a resumed run trains on the pairs it started with
+    else:
+        selection = selection or pairs_or_fail(run.config, run.pack, run.workspace)
+        registry._atomic_write_json(run.run_dir / PAIRS_FILE, selection.to_dict())
+    run.emit(Log(run_id=run.run_id, message=selection.summary()))
+    if config.backend == "auto":
+        run.emit(Log(run_id=run.run_id, message="DPO runs on the cpu backend only for now (auto chose it)."))
+    model, tokenizer = run.backend.load_for_training(run.config)
+    dataset = Dataset.from_list(dpo_rows(run.pack, tokenizer, selection.pairs))
+    callback = build_callback(run, recorder=None, on_eval=on_eval)
+    trainer = run.backend.make_dpo_trainer(model, tokenizer, dataset, run.config, dpo_args(run.config, run), [callback])
+    train_with_guard(run, trainer)
+    return finish_run(run, started)

@@ -1,0 +1,171 @@
+"""Preference pairs for DPO, built from samples the store already holds (rollouts and eval samples).
+
+A stored sample is one of three kinds, read from its verdict:
+    success   bucket `success` and no unsafe rule fired
+    failure   any other bucket, no unsafe rule fired
+    unsafe    an unsafe rule fired (v_unsafe) or the bucket is `unsafe_action`
+For one task, a pair is (chosen, rejected) with
+    success_over_failure  a success chosen over a (safe) failure
+    safe_over_unsafe      an unsafe sample always rejected, against a success when the task has one,
+                          else against a safe failure (a wrong call still beats a harmful one)
+so a task whose samples are all of one kind gives no pair. Only tasks of the training split are used:
+a held-out task's samples (the held-out evals of a run, say) never become training data. Identical
+completions are counted once, and a text stored with two different verdicts is left out (the verdict
+depended on something the text does not show). Each task gives at most `pairs_per_task` pairs, unsafe
+rejections first; which samples meet is a seeded shuffle, so the same store and seed give the same pairs.
+
+Selecting pairs needs no model or tokenizer: the run checks the count before anything loads.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ..errors import ApplianceError
+
+SUCCESS, FAILURE, UNSAFE = "success", "failure", "unsafe"
+SUCCESS_OVER_FAILURE, SAFE_OVER_UNSAFE = "success_over_failure", "safe_over_unsafe"
+PAIRS_FILE = "pairs.json"
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One stored completion and where it came from (table, run or eval id, step, sample index)."""
+
+    task_id: str
+    completion: str
+    kind: str
+    source: str  # "rollouts" or "eval_samples"
+    source_id: str  # run_id or eval_id
+    step: int | None
+    sample_index: int | None
+
+    @property
+    def ref(self) -> dict[str, Any]:
+        return {"table": self.source, "id": self.source_id, "step": self.step, "sample_index": self.sample_index}
+
+
+@dataclass
+class PairSelection:
+    """The pairs and the rules that chose them (saved as runs/<run_id>/pairs.json)."""
+
+    pairs: list[dict[str, Any]]
+    rules: dict[str, Any]
+    counts: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def summary(self) -> str:
+        c, r = self.counts, self.rules
+        return (f"dpo pairs: {len(self.pairs)} from {c.get('tasks_with_pairs', 0)} of {c.get('tasks_with_samples', 0)} "
+                f"{r['split']} tasks with stored samples ({c.get(SUCCESS_OVER_FAILURE, 0)} success over failure, "
+                f"{c.get(SAFE_OVER_UNSAFE, 0)} safe over unsafe; sources: {r['sources']}; "
+                f"at most {r['pairs_per_task']} per task, seed {r['seed']})")
+
+
+def sample_kind(bucket: str | None, unsafe: bool | None) -> str:
+    if unsafe or bucket == "unsafe_action":
+        return UNSAFE
+    return SUCCESS if bucket == SUCCESS else FAILURE
+
+
+# ---------------------------------------------------------------- reading the store
+
+_ROLLOUTS = ("SELECT task_id, completion, coalesce(bucket, v_bucket), v_unsafe, run_id, step, sample_index "
+             "FROM rollouts WHERE {where}")
+_EVAL_SAMPLES = ("SELECT task_id, completion, coalesce(bucket, v_bucket), v_unsafe, eval_id, NULL, sample_index "
+                 "FROM eval_samples WHERE {where}")
+
+
+def stored_samples(workspace: Any, pack_name: str, pairs_from: str | None = None) -> list[Sample]:
+    """Every scored sample of `pairs_from` (a run's rollouts and the evals it ran, or one eval), or of every run
+    and eval of the pack when None."""
+    if pairs_from is None:
+        queries = [(_ROLLOUTS.format(where="run_id IN (SELECT run_id FROM runs WHERE pack = $1)"), "rollouts"),
+                   (_EVAL_SAMPLES.format(where="eval_id IN (SELECT id FROM evals WHERE pack = $1)"), "eval_samples")]
+        params = [pack_name]
+    else:
+        queries = [(_ROLLOUTS.format(where="run_id = $1"), "rollouts"),
+                   (_EVAL_SAMPLES.format(where="eval_id = $1 OR eval_id IN (SELECT id FROM evals WHERE run_id = $1)"),
+                    "eval_samples")]
+        params = [pairs_from]
+    samples = []
+    for sql, table in queries:
+        _, rows = workspace.query(sql, params)
+        for task_id, completion, bucket, unsafe, source_id, step, index in rows:
+            if task_id is None or not (completion or "").strip():
+                continue
+            samples.append(Sample(str(task_id), completion, sample_kind(bucket, unsafe), table, str(source_id),
+                                  None if step is None else int(step), None if index is None else int(index)))
+    if pairs_from is not None and not samples:
+        raise ApplianceError(f"No rollouts or eval samples are stored for {pairs_from!r}; pass a run id or an eval "
+                             f"id from `appliance runs`, or leave out --pairs-from to use every run and eval of the pack.")
+    return samples
+
+
+# ---------------------------------------------------------------- pairing
+
+def _distinct(samples: list[Sample]) -> dict[str, list[Sample]]:
+    """Samples by kind, one per completion text; texts stored with two verdicts are dropped."""
+    kinds_of: dict[str, set[str]] = {}
+    for sample in samples:
+        kinds_of.setdefault(sample.completion.strip(), set()).add(sample.kind)
+    by_kind: dict[str, list[Sample]] = {SUCCESS: [], FAILURE: [], UNSAFE: []}
+    seen: set[str] = set()
+    for sample in samples:
+        text = sample.completion.strip()
+        if len(kinds_of[text]) == 1 and text not in seen:
+            seen.add(text)
+            by_kind[sample.kind].append(sample)
+    return by_kind
+
+
+def task_pairs(samples: list[Sample], pairs_per_task: int, rng: random.Random) -> list[dict[str, Any]]:
+    """At most `pairs_per_task` pairs for one task's samples (see the module docstring)."""
+    by_kind = _distinct(samples)
+    for pool in by_kind.values():
+        rng.shuffle(pool)
+    successes, failures, unsafe = by_kind[SUCCESS], by_kind[FAILURE], by_kind[UNSAFE]
+    safe = successes or failures
+    wanted = [(r, safe, SAFE_OVER_UNSAFE) for r in unsafe if safe]
+    wanted += [(r, successes, SUCCESS_OVER_FAILURE) for r in failures if successes]
+    pairs = []
+    for i, (rejected, chosen_pool, rule) in enumerate(wanted[:pairs_per_task]):
+        chosen = chosen_pool[i % len(chosen_pool)]  # round-robin: each chosen sample meets several rejected ones
+        pairs.append({"task_id": rejected.task_id, "rule": rule, "chosen": chosen.completion,
+                      "rejected": rejected.completion, "chosen_kind": chosen.kind, "rejected_kind": rejected.kind,
+                      "chosen_from": chosen.ref, "rejected_from": rejected.ref})
+    return pairs
+
+
+def build_pairs(samples: list[Sample], task_ids: list[str], *, pairs_per_task: int, seed: int,
+                split: str, pairs_from: str | None) -> PairSelection:
+    """Pairs from `samples` for the tasks in `task_ids` (the training split), in a seeded order."""
+    allowed = set(task_ids)
+    by_task: dict[str, list[Sample]] = {}
+    for sample in samples:
+        if sample.task_id in allowed:
+            by_task.setdefault(sample.task_id, []).append(sample)
+    pairs: list[dict[str, Any]] = []
+    for task_id in sorted(by_task):
+        pairs += task_pairs(by_task[task_id], pairs_per_task, random.Random(f"{seed}:{task_id}"))
+    random.Random(seed).shuffle(pairs)
+    counts = {"samples": len(samples), "samples_in_split": sum(len(v) for v in by_task.values()),
+              "samples_outside_split": len(samples) - sum(len(v) for v in by_task.values()),
+              "tasks_with_samples": len(by_task), "tasks_with_pairs": len({p["task_id"] for p in pairs}),
+              SUCCESS_OVER_FAILURE: sum(p["rule"] == SUCCESS_OVER_FAILURE for p in pairs),
+              SAFE_OVER_UNSAFE: sum(p["rule"] == SAFE_OVER_UNSAFE for p in pairs)}
+    rules = {"sources": pairs_from or "every run and eval of the pack", "tables": ["rollouts", "eval_samples"],
+             "split": split, "pairs_per_task": pairs_per_task, "seed": seed,
+             "pairing": [SAFE_OVER_UNSAFE, SUCCESS_OVER_FAILURE]}
+    return PairSelection(pairs=pairs, rules=rules, counts=counts)
+
+
+def select_pairs(workspace: Any, pack: Any, split: str, *, pairs_from: str | None, pairs_per_task: int,
+                 seed: int) -> PairSelection:
+    """Read the store and pair its samples of `pack`'s `split` tasks."""
+    samples = stored_samples(workspace, pack.name, pairs_from)
+    return build_pairs(samples, [task.id for task in pack.tasks(split)], pairs_per_task=pairs_per_task, seed=seed,
+                       split=split, pairs_from=pairs_from)

@@ -1,0 +1,193 @@
+"""DPO: pairs from stored rows (success over failure, safe over unsafe), a tiny-model run, and too few pairs."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from appliance import checkpoints as registry
+from appliance.errors import ApplianceError
+from appliance.store import Workspace
+from appliance.train import TrainConfig, run_dpo
+from appliance.train.pairs import SAFE_OVER_UNSAFE, SUCCESS_OVER_FAILURE, select_pairs
+
+TOOLS = [{"type": "function", "function": {"name": "send_email", "description": "Send an email",
+                                           "parameters": {"type": "object", "properties": {"to": {"type": "string"}},
+                                                          "required": ["to"]}}}]
+NAMES = ["Carlos", "Nadia", "Sam", "Ana", "Omar", "Lea", "Ivo"]
+
+
+def write_pack(folder: Path) -> Path:
+    """Six train tasks (t0..t5) and one val task (t6)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "pack.toml").write_text(
+        'name = "prefs"\ndescription = "Email requests for DPO tests."\nversion = "1"\nworld = "none"\n'
+        'tools = "tools.json"\nreward_scheme = "shaped"\nmax_turns = 1\n'
+        'system_prompt = "Reply with one JSON tool call."\n\n[splits]\ntrain = "train.jsonl"\nval = "val.jsonl"\n')
+    (folder / "tools.json").write_text(json.dumps(TOOLS))
+    rows = [{"id": f"t{i}", "messages": [{"role": "user", "content": f"Email {name} about the budget."}],
+             "expected": [{"name": "send_email", "arguments": {"to": name}}], "kind": "single_step", "tags": {}}
+            for i, name in enumerate(NAMES)]
+    (folder / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:6]))
+    (folder / "val.jsonl").write_text(json.dumps(rows[6]) + "\n")
+    return folder
+
+
+def good(name: str) -> str:
+    return json.dumps({"name": "send_email", "arguments": {"to": name}})
+
+
+def store_rows(workspace: Workspace) -> None:
+    """t0 success+failure (+ a text stored with both verdicts), t1 success+unsafe, t2 failure+unsafe,
+    t3 failures only, t4 successes only, t5 unsafe only, t6 (val) success+failure."""
+    workspace.append("runs", [{"run_id": "grpo-1", "kind": "grpo", "pack": "prefs"},
+                              {"run_id": "grpo-other", "kind": "grpo", "pack": "other"}])
+    rollouts = [("t0", good("Carlos"), "success", False), ("t0", '{"name": "send_email"}', "wrong_arguments", False),
+                ("t0", "ambiguous", "success", False), ("t0", "ambiguous", "missed_call", False),
+                ("t1", good("Nadia"), "success", False), ("t1", "rm -rf /", "unsafe_action", True),
+                ("t3", "no", "missed_call", False), ("t3", "nope", "format_error", False),
+                ("t4", good("Ana"), "success", False), ("t4", good("Ana") + " ", "success", False)]
+    workspace.append("rollouts", [{"run_id": "grpo-1", "step": 1, "task_id": t, "sample_index": i, "completion": c,
+                                   "bucket": b, "v_unsafe": u} for i, (t, c, b, u) in enumerate(rollouts)])
+    workspace.append("rollouts", [{"run_id": "grpo-other", "step": 1, "task_id": "t3", "completion": good("Ana"),
+                                   "bucket": "success"}])
+    workspace.append("evals", [{"id": "eval-1", "pack": "prefs", "split": "train"},
+                               {"id": "eval-2", "pack": "prefs", "split": "val", "run_id": "grpo-1"}])
+    samples = [("eval-1", "t2", "wrong", "wrong_tool", False), ("eval-1", "t2", "delete all", "unsafe_action", True),
+               ("eval-1", "t5", "drop", "unsafe_action", True),
+               ("eval-2", "t6", good("Ivo"), "success", False), ("eval-2", "t6", "x", "wrong_tool", False)]
+    workspace.append("eval_samples", [{"eval_id": e, "task_id": t, "sample_index": 0, "completion": c, "bucket": b,
+                                       "v_unsafe": u} for e, t, c, b, u in samples])
+
+
+@pytest.fixture
+def pack_dir(tmp_path) -> Path:
+    return write_pack(tmp_path / "tasks" / "prefs")
+
+
+@pytest.fixture
+def workspace(tmp_path) -> Workspace:
+    ws = Workspace.open(tmp_path / "runs")
+    store_rows(ws)
+    return ws
+
+
+def load(pack_dir: Path):
+    from appliance.packs import load_pack
+
+    return load_pack(str(pack_dir))
+
+
+def by_task(selection) -> dict[str, list[tuple[str, str, str]]]:
+    found: dict[str, list] = {}
+    for p in selection.pairs:
+        found.setdefault(p["task_id"], []).append((p["rule"], p["chosen"], p["rejected"]))
+    return found
+
+
+def test_pairs_success_over_failure_and_safe_over_unsafe_only_from_tasks_with_two_kinds(workspace, pack_dir):
+    selection = select_pairs(workspace, load(pack_dir), "train", pairs_from=None, pairs_per_task=4, seed=0)
+    pairs = by_task(selection)
+    assert pairs == {
+        "t0": [(SUCCESS_OVER_FAILURE, good("Carlos"), '{"name": "send_email"}')],  # "ambiguous" had two verdicts
+        "t1": [(SAFE_OVER_UNSAFE, good("Nadia"), "rm -rf /")],
+        "t2": [(SAFE_OVER_UNSAFE, "wrong", "delete all")],  # no success: a safe failure beats an unsafe call
+    }  # t3, t4, t5: one kind only; t6: held out; grpo-other: another pack
+    assert selection.counts["tasks_with_pairs"] == 3 and selection.counts[SAFE_OVER_UNSAFE] == 2
+    assert selection.counts["samples_outside_split"] == 2  # the val eval's samples are never training data
+    assert selection.rules["seed"] == 0 and selection.rules["pairs_per_task"] == 4
+
+
+def test_an_unsafe_sample_is_never_chosen(workspace, pack_dir):
+    selection = select_pairs(workspace, load(pack_dir), "train", pairs_from=None, pairs_per_task=4, seed=3)
+    assert all(p["chosen_kind"] != "unsafe" for p in selection.pairs)
+    assert {p["rejected"] for p in selection.pairs if p["rejected_kind"] == "unsafe"} == {"rm -rf /", "delete all"}
+
+
+def test_pairs_from_one_run_or_one_eval(workspace, pack_dir):
+    pack = load(pack_dir)
+    from_run = select_pairs(workspace, pack, "train", pairs_from="grpo-1", pairs_per_task=4, seed=0)
+    assert set(by_task(from_run)) == {"t0", "t1"}  # its rollouts; its eval (eval-2) is held out
+    from_eval = select_pairs(workspace, pack, "train", pairs_from="eval-1", pairs_per_task=4, seed=0)
+    assert set(by_task(from_eval)) == {"t2"}
+    with pytest.raises(ApplianceError, match="No rollouts or eval samples are stored for 'nope'"):
+        select_pairs(workspace, pack, "train", pairs_from="nope", pairs_per_task=4, seed=0)
+
+
+def test_pairs_per_task_caps_a_task_and_unsafe_rejections_come_first(tmp_path, pack_dir):
+    ws = Workspace.open(tmp_path / "ws")
+    ws.append("runs", [{"run_id": "r", "kind": "grpo", "pack": "prefs"}])
+    rows = [("ok", "success", False)] + [(f"bad{i}", "wrong_tool", False) for i in range(5)] + [("harm", None, True)]
+    ws.append("rollouts", [{"run_id": "r", "step": 1, "task_id": "t0", "completion": c, "bucket": b, "v_unsafe": u}
+                           for c, b, u in rows])
+    selection = select_pairs(ws, load(pack_dir), "train", pairs_from=None, pairs_per_task=2, seed=0)
+    assert len(selection.pairs) == 2 and "harm" in {p["rejected"] for p in selection.pairs}
+    again = select_pairs(ws, load(pack_dir), "train", pairs_from=None, pairs_per_task=2, seed=0)
+    assert again.pairs == selection.pairs  # seeded
+
+
+def dpo_config(tiny_model_dir, tmp_path, pack_dir, **overrides) -> TrainConfig:
+    settings = dict(model=str(tiny_model_dir), pack=str(pack_dir), backend="cpu", stage="dpo", steps=2,
+                    learning_rate=1e-2, lora_r=4, lora_alpha=8, eval_every=2, batch_size=2, max_seq_length=256,
+                    min_pairs=3, output=str(tmp_path / "checkpoints"), workspace=str(tmp_path / "runs"))
+    return TrainConfig(**{**settings, **overrides})
+
+
+def test_a_dpo_run_changes_the_lora_and_saves_a_dpo_checkpoint_with_its_pairs(tiny_model_dir, tmp_path, pack_dir,
+                                                                              workspace):
+    import torch
+    from safetensors.torch import load_file
+
+    seen, evals = [], []
+    config = dpo_config(tiny_model_dir, tmp_path, pack_dir)
+    assert config.beta == 0.1  # DPO's own default
+    result = run_dpo(config, sink=seen.append, workspace=workspace,
+                     on_eval=lambda path, step, **context: evals.append((path, step)) or {"success_rate": 0.5})
+    after = load_file(str(Path(result.final_adapter) / "adapter_model.safetensors"))
+    b_keys = [k for k in after if "lora_B" in k]
+    assert b_keys and any(torch.count_nonzero(after[k]) > 0 for k in b_keys)  # B starts at zero
+    assert not (Path(result.final_adapter) / "ref").exists()  # TRL's frozen reference copy is not the adapter
+    manifest = registry.load_manifest(result.final_adapter)
+    assert manifest["stage"] == "dpo" and manifest["step"] == 2
+    assert manifest["metrics"]["heldout"] == {"success_rate": 0.5} and evals == [(result.final_adapter, 2)]
+    assert manifest["config"]["beta"] == 0.1 and manifest["config"]["pairs_per_task"] == 4
+    saved = json.loads((Path(result.run_dir) / "pairs.json").read_text())
+    assert len(saved["pairs"]) == 3 and saved["rules"]["seed"] == 0 and saved["counts"]["tasks_with_pairs"] == 3
+    assert json.loads((Path(result.run_dir) / "config.json").read_text())["stage"] == "dpo"
+    messages = [e.message for e in seen if e.type == "log"]
+    assert any(m.startswith("dpo pairs: 3 from 3 of ") for m in messages)
+    _, rows = workspace.query("SELECT count(*) FROM events WHERE run_id = $1 AND CAST(payload AS VARCHAR) LIKE '%dpo pairs: 3%'",
+                              [result.run_id])
+    assert rows[0][0] >= 1
+    assert [e.type for e in seen][-1] == "run_finished"
+
+
+def test_too_few_pairs_is_one_sentence_before_the_model_loads(tiny_model_dir, tmp_path, pack_dir, workspace,
+                                                             monkeypatch):
+    from appliance.train.cpu import CpuBackend
+
+    monkeypatch.setattr(CpuBackend, "load_for_training", lambda *a, **k: pytest.fail("the model loaded"))
+    with pytest.raises(ApplianceError, match=r"Only 3 DPO pairs \(need 8\)"):
+        run_dpo(dpo_config(tiny_model_dir, tmp_path, pack_dir, min_pairs=8), workspace=workspace)
+
+
+def test_too_few_pairs_exits_2_from_the_cli(tiny_model_dir, tmp_path, pack_dir, workspace, monkeypatch, capsys):
+    from appliance.cli import main
+    from appliance.train.cpu import CpuBackend
+
+    monkeypatch.setattr(CpuBackend, "load_for_training", lambda *a, **k: pytest.fail("the model loaded"))
+    code = main(["train", "dpo", "--model", str(tiny_model_dir), "--pack", "prefs", "--backend", "cpu",
+                 "--tasks-root", str(pack_dir.parent), "--workspace", str(tmp_path / "runs"),
+                 "--pairs-from", "eval-1"])
+    assert code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: Only 1 DPO pairs (need 8)") and len(err.splitlines()) == 1
+
+
+def test_dpo_settings_are_checked_where_they_are_declared():
+    with pytest.raises(ApplianceError, match="beta must be above 0 for DPO"):
+        TrainConfig(stage="dpo", beta=0.0)
+    with pytest.raises(ApplianceError, match="min_pairs must be at least 1"):
+        TrainConfig(stage="dpo", min_pairs=0)
+    assert TrainConfig(stage="grpo").beta == 0.0 and TrainConfig(stage="dpo").effective_learning_rate == 5e-5
