@@ -106,7 +106,7 @@ def readme(recipe: Recipe) -> str:
 Exported by `appliance export-recipe`. Needs the appliance (`pip install rl-appliance`), `trl[vllm]`
 and, for the DeepSpeed configs, `deepspeed`, on one machine with {recipe.gpus} GPUs. Run from this folder.
 
-1. Start the generation server on GPU(s) 0..{recipe.vllm_gpus - 1} and wait for "Application startup complete":
+1. Start the generation server on the first {recipe.vllm_gpus} GPU(s) and wait for "Application startup complete":
 
        {recipe.serve_command}
 
@@ -120,5 +120,6 @@ reward functions ({config.reward or "the pack's scheme"}) and preset ({config.pr
 Rollouts land in the store under {config.workspace}/ as on one GPU (`appliance sql`), one part per rank per step;
 the final LoRA is saved to {config.workspace}/<run_id>/adapter.
 
-Without GPUs (a check that the recipe runs): `accelerate launch --cpu --num_processes 2 {SCRIPT} --no-vllm --model DIR`.
+Without GPUs (a check that the recipe runs; `--cpu` alone would start one process):
+`ACCELERATE_USE_CPU=1 accelerate launch --multi_gpu --num_processes 2 {SCRIPT} --no-vllm --model DIR`.
 """

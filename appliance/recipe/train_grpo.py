@@ -80,7 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     from appliance.train.presets import filters_zero_variance
     from appliance.train.recorder import RolloutRecorder
 
-    state = PartialState()
+    on_gpu = torch.cuda.is_available()
+    state = PartialState(cpu=not on_gpu)  # without a GPU: gloo over the launched processes
     config = TrainConfig.load(args.config)
     config = dataclasses.replace(config, stage="grpo", steps=args.steps or config.steps,
                                  workspace=args.workspace or config.workspace)
@@ -90,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     with state.main_process_first():  # one process creates the store (and converts an embedded model)
         workspace = Workspace.open(config.workspace)
         model, tokenizer = load_model(args.model or config.model, adapter=config.init_adapter,
-                                      dtype="bfloat16" if torch.cuda.is_available() else "float32",
+                                      dtype="bfloat16" if on_gpu else "float32",
                                       for_training=True)
     if not config.init_adapter:
         lora = LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
@@ -136,8 +137,8 @@ def main(argv: list[str] | None = None) -> int:
         "vllm_mode": "server",
         "vllm_server_host": args.vllm_host,
         "vllm_server_port": args.vllm_port,
-        "bf16": torch.cuda.is_available(),
-        "use_cpu": not torch.cuda.is_available(),
+        "bf16": on_gpu,
+        "use_cpu": not on_gpu,
         "gradient_checkpointing": False,
         "save_strategy": "no",  # the final adapter is saved below; resume is the single-GPU path's
     })
