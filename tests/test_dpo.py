@@ -162,6 +162,14 @@ def test_a_dpo_run_changes_the_lora_and_saves_a_dpo_checkpoint_with_its_pairs(ti
     assert rows[0][0] >= 1
     assert [e.type for e in seen][-1] == "run_finished"
 
+    # From that adapter (as from an SFT one): it is the parent and the start, and training moves it on.
+    refined = run_dpo(dpo_config(tiny_model_dir, tmp_path, pack_dir, steps=1, eval_every=1,
+                                 init_adapter=result.final_adapter), workspace=workspace)
+    manifest = registry.load_manifest(refined.final_adapter)
+    assert manifest["stage"] == "dpo" and manifest["parent"] == registry.load_checkpoint(result.final_adapter).id
+    moved = load_file(str(Path(refined.final_adapter) / "adapter_model.safetensors"))
+    assert set(moved) == set(after) and any(not torch.equal(moved[k], after[k]) for k in b_keys)
+
 
 def test_too_few_pairs_is_one_sentence_before_the_model_loads(tiny_model_dir, tmp_path, pack_dir, workspace,
                                                              monkeypatch):
