@@ -343,6 +343,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_serve(sub)
     add_trajectories(sub)
+    from appliance.recipe.cli import add_export_recipe
+
+    add_export_recipe(sub)
     return parser
 
 

@@ -14,6 +14,7 @@ from appliance import report
 from appliance.errors import ApplianceError
 from appliance.events import Event
 from appliance.flywheel.cli import cmd_serve, cmd_trajectories  # noqa: F401 - cli._handler finds them by name
+from appliance.recipe.cli import cmd_export_recipe  # noqa: F401 - cli._handler finds it by name
 
 
 def _workspace(args: argparse.Namespace):
