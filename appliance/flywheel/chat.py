@@ -218,3 +218,13 @@ def _assistant_calls(message: dict[str, Any]) -> list[tuple[ToolCall | None, str
     if not parsed.ok:
         return [(None, None, parsed.error)]
     return [(call, None, "") for call in parsed.calls]
+
+
+def json_column(value: Any) -> Any:
+    """A JSON column as DuckDB returns it (text), or a value already decoded; None when it does not decode."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return None
+    return value

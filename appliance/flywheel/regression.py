@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from appliance.errors import ApplianceError, PackError
-from appliance.flywheel.chat import text_of
+from appliance.flywheel.chat import json_column, text_of
 from appliance.packs.leakage import find_collisions, normalise
 from appliance.packs.manifest import MANIFEST_FILE, REGRESSION_SPLIT, TRAIN_SPLITS
 
@@ -116,7 +116,7 @@ def _labelled_failures(workspace: Any, pack: Any, corrections: dict[str, list[An
             continue
         expected = corrections.get(trajectory_id)
         if expected is None:
-            expected = (_decoded(row["metadata"]) or {}).get("expected")
+            expected = (json_column(row["metadata"]) or {}).get("expected")
         if row["pack"] not in (None, "", pack.name):
             if expected is not None and trajectory_id in corrections:
                 summary.dropped.append((trajectory_id, "other_pack", f"pack {row['pack']!r}"))
@@ -149,7 +149,7 @@ def _checked_rows(pack: Any, candidates: list[tuple[str, dict[str, Any], list[An
     valid: list[tuple[str, dict[str, Any], Any]] = []
     try:
         for trajectory_id, row, expected in candidates:
-            request = next((text_of(m.get("content")) for m in _decoded(row["messages"]) or []
+            request = next((text_of(m.get("content")) for m in json_column(row["messages"]) or []
                             if m.get("role") == "user"), "").strip()
             if not request:
                 summary.dropped.append((trajectory_id, "no_request", ""))
@@ -264,15 +264,6 @@ def _with_regression_split(manifest_text: str) -> str:
         lines[end - 1] += "\n"
     lines.insert(end, f'{REGRESSION_SPLIT} = "{REGRESSION_FILE}"\n')
     return "".join(lines)
-
-
-def _decoded(value: Any) -> Any:
-    if isinstance(value, str):
-        try:
-            return json.loads(value)
-        except ValueError:
-            return None
-    return value
 
 
 # Every stored trajectory with its conversation's latest triage (NULL columns: not triaged yet).

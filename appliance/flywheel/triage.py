@@ -34,7 +34,7 @@ from typing import Any, Sequence
 
 from appliance.errors import ApplianceError
 from appliance.evaluate.agent import REPEAT_LIMIT
-from appliance.flywheel.chat import Reading, Step, read_calls, text_of
+from appliance.flywheel.chat import Reading, Step, json_column, read_calls, text_of
 from appliance.safety import is_state_changing
 from appliance.task import BUCKETS, Task, ToolCall, Verdict
 
@@ -110,8 +110,8 @@ class Judge:
         self.notes: list[str] = []
 
     def judge(self, row: dict[str, Any]) -> Judgement:
-        messages = _json(row.get("messages")) or []
-        tools = _json(row.get("tools"))
+        messages = json_column(row.get("messages")) or []
+        tools = json_column(row.get("tools"))
         pack_name = row.get("pack") or self.default_pack
         context = self._context(pack_name) if pack_name else None
         task = _find_task(context, row.get("task_id"), messages) if context else None
@@ -139,7 +139,7 @@ class Judge:
         if row.get("outcome") == "partial":
             found.setdefault("incomplete_execution", "reported as partial")
         if row.get("human_intervention"):
-            found["human_intervention"] = _intervention_note(_json(row.get("intervention")))
+            found["human_intervention"] = _intervention_note(json_column(row.get("intervention")))
         if not found and row.get("outcome") == "failure":
             found["reported_failure"] = ("reported as failed, yet the verifier passed it" if verdict is not None
                                          else "reported as failed; no failure mode was detected")
@@ -333,11 +333,3 @@ def _normalise(text: str) -> str:
     return " ".join(text.lower().split())
 
 
-def _json(value: Any) -> Any:
-    """A JSON column as DuckDB returns it (text), or a value already decoded."""
-    if isinstance(value, str):
-        try:
-            return json.loads(value)
-        except ValueError:
-            return None
-    return value
