@@ -100,7 +100,10 @@ def test_checkpoints_snapshot_with_the_promoted_rows_evidence(snap_compare, size
     assert snap_compare(app, terminal_size=size, run_before=on_screen("checkpoints", "down"))
 
 
-def test_sql_snapshot(snap_compare):
+def test_sql_snapshot(snap_compare, monkeypatch):
+    import tui.screens.sql as sql_screen
+
+    monkeypatch.setattr(sql_screen.time, "perf_counter", lambda: 0.0)  # "N rows in 0.0 s", not the machine's load
     app, _, _ = build_app(Path("."))
     assert snap_compare(app, terminal_size=SIZE, run_before=on_screen("sql"))
 
