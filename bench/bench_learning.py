@@ -9,7 +9,7 @@ model sometimes does. Paired bootstrap over tasks says whether a gain holds.
 Every stage goes through the engine functions the CLI uses (run_eval, run_sft,
 run_grpo), into a throwaway workspace.
 
-    .venv/bin/python bench/bench_learning.py [--pack workplace-single] [--sft-steps 150] [--grpo-steps 30]
+    .venv/bin/python bench/bench_learning.py [--pack workplace-single] [--sft-steps N] [--grpo-steps N]
         [--eval-splits dev,val] [--pass-k 4] [--reward binary|shaped|safe] [--sft-adapter DIR]
 
 Prints `name: value` lines (`<split>_<stage>_<metric>`), then a Markdown table per split.
@@ -28,11 +28,14 @@ COMPARISONS = (("sft", "baseline"), ("sft_grpo", "sft"), ("sft_grpo", "baseline"
 
 
 def main() -> None:
+    from appliance.pipeline import PipelineSettings
+
+    run = PipelineSettings()  # the bench measures what `appliance run` does, with its defaults
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="smollm2-135m")
-    parser.add_argument("--pack", default="workplace-single")
-    parser.add_argument("--sft-steps", type=int, default=150)
-    parser.add_argument("--grpo-steps", type=int, default=30)
+    parser.add_argument("--model", default=run.model)
+    parser.add_argument("--pack", default=run.pack)
+    parser.add_argument("--sft-steps", type=int, default=run.sft_steps)
+    parser.add_argument("--grpo-steps", type=int, default=run.grpo_steps)
     parser.add_argument("--eval-splits", default="dev,val", help="comma-separated held-out splits to evaluate on")
     parser.add_argument("--pass-k", type=int, default=4, help="pass@k of the SFT start on each split (0: skip)")
     parser.add_argument("--reward", default=None, help="GRPO reward scheme (default: the pack's)")

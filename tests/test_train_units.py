@@ -279,6 +279,20 @@ def test_uncertain_by_template_takes_each_templates_best_in_turn():
     assert not any(t.selected for t in select_uncertain_by_template(scored, 0, template_of))
 
 
+def test_no_call_cap_keeps_ranking_past_the_capped_tasks():
+    from appliance.train.screen import ScreenedTask, select_uncertain
+
+    chances = {"refuse1": 0.9, "refuse2": 0.85, "chat1": 0.8, "send1": 0.5, "send2": 0.4, "send3": 0.3}
+    scored = [ScreenedTask(t, -1.0, c) for t, c in chances.items()]
+    no_call = frozenset({"refuse1", "refuse2", "chat1"})
+    picked = lambda **kw: {t.task_id for t in select_uncertain(scored, 4, no_call=no_call, **kw) if t.selected}  # noqa: E731
+    assert picked() == {"refuse1", "refuse2", "chat1", "send1"}
+    assert picked(max_no_call=1) == {"refuse1", "send1", "send2", "send3"}
+    assert picked(max_no_call=0) == {"send1", "send2", "send3"}  # fewer than keep: the pool ran out
+    with pytest.raises(ApplianceError, match="max_no_call_share"):
+        TrainConfig(max_no_call_share=1.5)
+
+
 def test_resume_refuses_flags_that_would_change_the_saved_run(tmp_path):
     from appliance.cli import build_parser
     from appliance.errors import ApplianceError

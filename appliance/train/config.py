@@ -88,6 +88,10 @@ class TrainConfig:
     screen_limit: int | None = field(default=None, metadata=_help(
         "GRPO with an uncertain task selection: score at most this many tasks of the split, a seeded sample "
         "(None = every task; screening 480 tasks takes about 2 minutes on 2 CPU cores)."))
+    max_no_call_share: float | None = field(default=None, metadata=_help(
+        "GRPO with an uncertain task selection: the largest share of the kept tasks that expect no call "
+        "(refusals, chit-chat); None = no cap. A pool where declining is the answer to a third of the prompts "
+        "teaches the policy to decline actions too (docs/learning.md, session 6)."))
     max_completion_tokens: int = field(default=96, metadata=_help(
         "GRPO: the most tokens sampled per turn (eval's budget is 96; workplace-single's longest expected "
         "call is 89 tokens, and a task whose answer cannot fit can never earn its reward)."))
@@ -202,6 +206,8 @@ class TrainConfig:
             raise ApplianceError("eval_every must be at least 1.")
         if self.screen_limit is not None and self.screen_limit < 1:
             raise ApplianceError("screen_limit must be at least 1 (or unset to screen every task).")
+        if self.max_no_call_share is not None and not 0 <= self.max_no_call_share <= 1:
+            raise ApplianceError(f"max_no_call_share must be between 0 and 1, not {self.max_no_call_share!r}.")
         if self.train_split is not None and self.train_split not in TRAIN_SPLITS:
             raise ApplianceError(f"Unknown train split {self.train_split!r}; choose {' or '.join(TRAIN_SPLITS)}.")
         if self.eval_split not in EVAL_SPLITS:

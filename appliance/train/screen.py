@@ -50,8 +50,8 @@ def variance_chance(success_probability: float, group_size: int) -> float:
     return 1.0 - p ** group_size - (1.0 - p) ** group_size
 
 
-def select_uncertain(scored: list[ScreenedTask], keep: int,
-                     template_of: dict[str, str] | None = None) -> list[ScreenedTask]:
+def select_uncertain(scored: list[ScreenedTask], keep: int, template_of: dict[str, str] | None = None, *,
+                     no_call: frozenset[str] = frozenset(), max_no_call: int | None = None) -> list[ScreenedTask]:
     """Mark the `keep` tasks most likely to give a group with varied rewards (ties: task order).
 
     With `template_of` (task id -> template) the ranking is taken round-robin over templates: each
@@ -63,6 +63,10 @@ def select_uncertain(scored: list[ScreenedTask], keep: int,
     right, so a global ranking keeps mostly short answers. In `make run` (commit c596da5) 63 of the 120
     kept tasks expected no call and 43 were deletes by id; neither rl-only update template was kept, and
     GRPO taught the model to drop `field` and `new_value` on held-out update requests (docs/learning.md).
+
+    `max_no_call` caps how many of the kept tasks are in `no_call` (tasks whose answer is to make no call);
+    the ranking goes on past the capped ones. Why: with a third of the pool refusals, an empty answer is the
+    cheapest thing to sample right, and in `make run` (commit f97fa52) GRPO learnt to decline actions too.
     """
     template_of = template_of or {}
     by_template: dict[str, list[int]] = defaultdict(list)
@@ -70,8 +74,23 @@ def select_uncertain(scored: list[ScreenedTask], keep: int,
         by_template[template_of.get(scored[i].task_id, scored[i].task_id)].append(i)
     order = sorted(by_template.values(), key=lambda ranked: -scored[ranked[0]].variance_chance)
     interleaved = [ranked[r] for r in range(max(map(len, order), default=0)) for ranked in order if r < len(ranked)]
-    chosen = set(interleaved[:max(keep, 0)])
+    chosen = set(_take(interleaved, max(keep, 0), lambda i: scored[i].task_id in no_call, max_no_call))
     return [replace(task, selected=i in chosen) for i, task in enumerate(scored)]
+
+
+def _take(ranked: list[int], keep: int, capped: Callable[[int], bool], cap: int | None) -> list[int]:
+    """The first `keep` of `ranked`, taking at most `cap` of those `capped` says are capped."""
+    taken: list[int] = []
+    capped_left = keep if cap is None else max(cap, 0)
+    for index in ranked:
+        if len(taken) == keep:
+            break
+        if capped(index):
+            if capped_left == 0:
+                continue
+            capped_left -= 1
+        taken.append(index)
+    return taken
 
 
 def select_uncertain_by_template(scored: list[ScreenedTask], keep: int, template_of: dict[str, str]) -> list[ScreenedTask]:
@@ -145,7 +164,10 @@ def screen_rows(run: Any, model: Any, tokenizer: Any, rows: list[dict[str, Any]]
         if config.task_selection == "uncertain_by_template":
             templates = {row["task_id"]: str(run.pack.task(row["task_id"]).tags.get("template", row["task_id"]))
                          for row in rows}
-        screened = select_uncertain(scored, config.steps * config.prompts_per_step, templates)
+        keep = config.steps * config.prompts_per_step
+        no_call = frozenset(row["task_id"] for row in rows if not run.pack.task(row["task_id"]).expected)
+        cap = None if config.max_no_call_share is None else math.floor(config.max_no_call_share * keep)
+        screened = select_uncertain(scored, keep, templates, no_call=no_call, max_no_call=cap)
         save_screening(path, screened)
         run.emit(screening_event(run.run_id, screened, config.temperature))
     chosen = {task.task_id for task in screened if task.selected}
