@@ -319,12 +319,23 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_doctor(sub: argparse._SubParsersAction) -> None:
+    from appliance import doctor, gpu_smoke
+
     p = sub.add_parser("doctor", help="hardware, library versions and which backend will be used")
     p.add_argument("--json", action="store_true", help="one JSON object (for the TUI)")
     p.add_argument("--gpu-smoke", action="store_true",
-                   help="4-bit load → colocated vLLM sampling → 2 GRPO steps → save → vLLM eval with the adapter")
-    p.add_argument("--part", choices=["all", "bnb", "unsloth", "vllm"], default="all",
-                   help="run one part of the GPU smoke (a machine may lack vLLM)")
+                   help="GPU self-check, each part in its own process within "
+                        f"{doctor.TOTAL_BUDGET_S // 60} minutes: 4-bit load → 2 GRPO steps → save → sampling; "
+                        "prints step time, peak VRAM and tokens/s")
+    p.add_argument("--part", choices=["all", *gpu_smoke.PARTS], default="all",
+                   help="run one part of the GPU smoke (a machine may lack vLLM); with `all`, a part whose "
+                        "library is missing is skipped")
+    p.add_argument("--wheels", type=Path, default=None, metavar="DIR",
+                   help="with --gpu-smoke on a machine without network: install the .whl files in DIR offline "
+                        f"into a scratch folder only the smoke uses (bring: {' '.join(doctor.WHEELS_TO_BRING)})")
+    p.add_argument("--shape", choices=gpu_smoke.SHAPES, default=gpu_smoke.SHAPES[0],
+                   help="the random model the smoke builds from a config: a tiny Llama, or a Qwen2 with "
+                        "Qwen2.5-1.5B's dimensions (real step time and VRAM)")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -301,7 +301,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from appliance import doctor
 
     if args.gpu_smoke:
-        return doctor.gpu_smoke(part=args.part)
+        return doctor.gpu_smoke(part=args.part, wheels=args.wheels, shape=args.shape)
+    if args.wheels is not None:
+        raise ApplianceError("--wheels goes with --gpu-smoke: appliance doctor --gpu-smoke --wheels DIR.")
     info = doctor.collect()
     if args.json:
         print(json.dumps(info, default=str))
