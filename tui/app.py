@@ -29,6 +29,7 @@ from tui.engine import EngineClient, EngineEvent, EngineExited, SubprocessEngine
 from tui.screens.audit import AuditScreen
 from tui.screens.checkpoints import CheckpointsScreen
 from tui.screens.evaluate import EvaluateScreen
+from tui.screens.flywheel import FlywheelScreen
 from tui.screens.help import HelpScreen
 from tui.screens.home import HomeScreen
 from tui.screens.sql import SqlScreen
@@ -36,7 +37,7 @@ from tui.screens.train import TrainScreen
 
 DEFAULT_MODEL = "smollm2-135m"
 DEFAULT_PACK = "workplace-single"
-# (mode name, title in the nav bar and palette); the key is its position, 1..6.
+# (mode name, title in the nav bar and palette); the key is its position, 1..7.
 SCREENS = (
     ("home", "Home"),
     ("evaluate", "Evaluate"),
@@ -44,6 +45,7 @@ SCREENS = (
     ("train", "Train"),
     ("checkpoints", "Checkpoints"),
     ("sql", "SQL"),
+    ("flywheel", "Flywheel"),
 )
 
 
@@ -59,6 +61,7 @@ class ApplianceApp(App[None]):
         "train": TrainScreen,
         "checkpoints": CheckpointsScreen,
         "sql": SqlScreen,
+        "flywheel": FlywheelScreen,
     }
     DEFAULT_MODE = "home"
     BINDINGS = [

@@ -2,7 +2,8 @@
 
 Every SQL statement the screens need lives here, so a schema change touches one
 file. `StoreData` wraps `appliance.store.Workspace` (DuckDB views: runs,
-rollouts, evals, eval_samples, checkpoints, audits, events, alarms);
+rollouts, evals, eval_samples, checkpoints, audits, events, alarms; the flywheel's views through
+appliance.flywheel.trends);
 `MemoryData` is an in-memory DuckDB with the same table names, used by tests
 and when no workspace exists yet. Both answer `query(sql, params)` with
 `(columns, rows)` and take new rows with `append(table, rows)` (the audit
@@ -262,6 +263,23 @@ def run_rollouts(data: DataSource, run_id: str, limit: int = 100) -> Rows:
                            "FROM rollouts WHERE run_id = ? ORDER BY step DESC, created_at DESC "
                            f"LIMIT {int(limit)}", [run_id])
     return rows[::-1]
+
+
+def flywheel_trends(data: DataSource) -> tuple[list[Any], list[Any], int | None]:
+    """The flywheel's adapter versions oldest first (appliance.flywheel.trends), each one's lightest fix, and
+    the row of the newest known version (the one `appliance trajectories triage` recommends for); a store
+    without the flywheel's views yet has none."""
+    from appliance.flywheel.trends import failure_modes_over_time, flywheel_fix, newest_per_pack
+
+    try:
+        adapters = failure_modes_over_time(data)
+    except Exception as error:  # noqa: BLE001 - DuckDB raises several kinds for a missing view
+        if "does not exist" in str(error) or "not found" in str(error).lower():
+            return [], [], None
+        raise
+    fixes = [flywheel_fix(data, adapter) for adapter in adapters]
+    newest = newest_per_pack(adapters)
+    return adapters, fixes, (max(adapters.index(adapter) for adapter in newest) if newest else None)
 
 
 # --- packs and the host -----------------------------------------------------------

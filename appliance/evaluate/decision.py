@@ -11,7 +11,8 @@ lightest first:
            change the system prompt or the tool descriptions, no training
   sft      most failures are format errors: teach the format (and the domain's habits)
   dpo      the model succeeds and fails on the same tasks: preference pairs from its own samples
-  grpo     success is verifiable and sometimes reached: reinforce it
+  grpo     success is verifiable and sometimes reached (by the eval, or, without one, by triaged
+           trajectories the verifier passed): reinforce it
 """
 from __future__ import annotations
 
@@ -110,6 +111,10 @@ def lightest_fix(metrics: dict[str, Any], t: DecisionThresholds = DecisionThresh
     if metrics.get("pass@1", 0.0) > 0 or metrics.get(f"pass@{k}", 0.0) > 0:
         return LightestFix("grpo", f"success is verifiable and sometimes reached (pass@1 "
                                    f"{metrics.get('pass@1', 0.0):.0%}); GRPO", evidence)
+    verified = (triage_modes or {}).get("success", 0)
+    if verified and "pass@1" not in metrics:  # no eval to say otherwise: the verifier passed some trajectories
+        return LightestFix("grpo", f"success is verifiable and sometimes reached ({verified} triaged trajectories "
+                                   "passed the verifier); GRPO", {**evidence, "verified_successes": verified})
     return LightestFix("sft", f"{failures} failures and no success to reinforce; SFT on demonstrations", evidence)
 
 

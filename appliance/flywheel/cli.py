@@ -2,7 +2,9 @@
 
 `add_serve(sub)`, `add_trajectories(sub)` and `add_tasks_from_failures(tasks_sub)` (under `tasks`) add the parsers (serve's flags are
 ServeConfig's fields, help and defaults included); `cmd_serve(args)` and
-`cmd_trajectories(args)` handle them, like the handlers in appliance.commands.
+`cmd_trajectories(args)` handle them, like the handlers in appliance.commands. After a triage the
+lightest fix for each pack's newest adapter version is printed (appliance.flywheel.trends, what the
+cockpit's Flywheel screen shows too).
 """
 from __future__ import annotations
 
@@ -117,6 +119,7 @@ def cmd_trajectories(args: argparse.Namespace) -> int:
                              "skipped": summary.skipped}, fmt=args.format)
         return 0
     if args.traj_cmd == "triage":
+        from appliance.flywheel.trends import latest_fixes
         from appliance.flywheel.triage import triage
 
         summary = triage(workspace, pack=args.pack, tasks_root=args.tasks_root, everything=args.everything,
@@ -127,6 +130,9 @@ def cmd_trajectories(args: argparse.Namespace) -> int:
         columns, rows = workspace.query("SELECT * FROM failure_modes_by_adapter")
         report.print_records(columns, rows, fmt=args.format, title="failure modes per adapter version",
                              empty="no trajectories have been judged yet; import some or serve requests first.")
+        # stderr, like the notes: stdout stays the table (or one JSON document) a script reads
+        for fix in latest_fixes(workspace):
+            print(f"recommendation: {fix}", file=sys.stderr)
         return 0
     raise ApplianceError(f"unknown trajectories command {args.traj_cmd!r}.")
 

@@ -10,7 +10,7 @@ from textual.widgets import Markdown
 HELP = """\
 # RL appliance — keys
 
-**1–6** switch screens · **ctrl+p** command palette · **?** this help · **q** quit
+**1–7** switch screens · **ctrl+p** command palette · **?** this help · **q** quit
 
 | Screen | What it is for | Keys |
 |---|---|---|
@@ -20,6 +20,7 @@ HELP = """\
 | 4 Train | SFT or GRPO with live charts, rollouts and alarms; past runs' charts from the store | **r** start · **s** stop (saves a checkpoint) · **u** resume · **c** clear alarms · **v** view a stored run |
 | 5 Checkpoints | lineage against the baseline eval; the selected row's gate evidence | **p** promote · **b** roll back · **x** export merged · **y** copy path · **r** refresh |
 | 6 SQL | query the run store | **ctrl+r** run · **ctrl+s** save · **ctrl+o** export CSV · **tab** leaves the editor |
+| 7 Flywheel | failure modes of served and imported trajectories per adapter version, oldest first; the selected one's modes and lightest fix | **r** refresh |
 
 Only one engine job runs at a time (one GPU). Engine errors appear as notifications;
 the engine runs in its own process, so a crash there never closes this window.
