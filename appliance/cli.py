@@ -47,6 +47,14 @@ def _at_least(minimum: int, text: str, kind: type) -> int | float:
     return value
 
 
+def _gate_help(name: str) -> str:
+    from dataclasses import fields
+
+    from appliance.promotion import GateSettings
+
+    return next(f.metadata["help"] for f in fields(GateSettings) if f.name == name)
+
+
 def positive_int(text: str) -> int:
     return _at_least(1, text, int)
 
@@ -279,6 +287,7 @@ def _add_checkpoints(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--root", default="checkpoints")
     p.add_argument("--model", default=None, help="base model (default: the one in the checkpoint's manifest)")
     p.add_argument("--pack", default=None, help="task pack (default: the one the checkpoint was trained on)")
+    p.add_argument("--limit", type=positive_int, default=None, help=_gate_help("limit"))
     _common(p, events=True)
     p = sub.add_parser("rollback", help="return to the previously promoted adapter")
     p.add_argument("--root", default="checkpoints")

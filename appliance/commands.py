@@ -244,10 +244,11 @@ def cmd_checkpoints(args: argparse.Namespace) -> int:
 
 
 def cmd_promote(args: argparse.Namespace) -> int:
-    from appliance.promotion import promote
+    from appliance.promotion import GateSettings, promote
 
     decision = promote(args.checkpoint, root=args.root, model=args.model, pack=args.pack,
-                       tasks_root=args.tasks_root, workspace=_workspace(args), sink=_event_sink(args))
+                       tasks_root=args.tasks_root, workspace=_workspace(args), sink=_event_sink(args),
+                       settings=GateSettings(limit=args.limit))
     report.print_promotion(decision)
     return 0 if decision.promoted else 3
 
