@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
 TORCH_PIP_ARGS ?=
 
-.PHONY: setup run test test-fast docs-check bench clean-venv contract
+.PHONY: setup run test test-fast docs-check bench clean-venv contract walkthrough
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -42,6 +42,10 @@ docs-check: setup
 contract:
 	TORCH_PIP_ARGS="$(TORCH_PIP_ARGS)" $(PYTHON) tests/contract/make_venv.py .venv-contract
 	APPLIANCE_CONTRACT=1 .venv-contract/bin/python -m pytest -q -p no:cacheprovider tests/contract
+
+# The flywheel end to end on the embedded model (tests/test_flywheel_walkthrough.py, 8-30 minutes on 2 cores).
+walkthrough: setup
+	APPLIANCE_WALKTHROUGH=1 $(PY) -m pytest -q -p no:cacheprovider tests/test_flywheel_walkthrough.py
 
 bench: setup
 	$(PY) bench/run_all.py

@@ -32,7 +32,10 @@ SAMPLE = REPO / "tasks" / "trajectories" / "workplace-multi-sample.jsonl"
 REQUESTS = 4
 GATE_LIMIT = 2
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
+# 8-30 minutes on 2 cores: too long for `make test`; `make walkthrough` runs it (APPLIANCE_WALKTHROUGH=1).
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600),
+              pytest.mark.skipif(os.environ.get("APPLIANCE_WALKTHROUGH") != "1",
+                                 reason="the flywheel walkthrough runs under `make walkthrough`")]
 
 
 class Walk:
