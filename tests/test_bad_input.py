@@ -135,6 +135,7 @@ CASES = {
     "grpo config not json": (["train", "grpo", "--config", "{bad_json}"], "JSON"),
     "grpo config not an object": (["train", "grpo", "--config", "{json_list}"], "JSON object"),
     "grpo screen-limit zero": (["train", "grpo", "--screen-limit", "0"], "screen_limit"),
+    "grpo no-call share above 1": (["train", "grpo", "--max-no-call-share", "1.5"], "max_no_call_share"),
     "grpo resume unknown run": (["train", "grpo", "--resume", "no-such-run"], "no-such-run"),
     "grpo config setting of the wrong type": (["train", "grpo", "--config", "{wrong_type}"], "wrong type"),
     "sft epochs zero": (["train", "sft", "--epochs", "0"], "epochs"),
@@ -142,6 +143,7 @@ CASES = {
     "sft lr negative": (["train", "sft", "--lr=-3e-4"], "learning_rate"),
     # promotion, run and the top level
     "promote unknown checkpoint": (["promote", "no-such-checkpoint", "--root", "{folder}"], "no-such-checkpoint"),
+    "promote limit zero": (["promote", "no-such-checkpoint", "--limit", "0"], "--limit"),
     "run baseline-k zero": (["run", "--baseline-k", "0"], "--baseline-k"),
     "run eval-limit zero": (["run", "--eval-limit", "0"], "--eval-limit"),
     "run sft-steps negative": (["run", "--sft-steps", "-1"], "--sft-steps"),
