@@ -34,19 +34,10 @@ from tui.screens.help import HelpScreen
 from tui.screens.home import HomeScreen
 from tui.screens.sql import SqlScreen
 from tui.screens.train import TrainScreen
+from tui.widgets.nav_bar import SCREENS
 
 DEFAULT_MODEL = "smollm2-135m"
 DEFAULT_PACK = "workplace-single"
-# (mode name, title in the nav bar and palette); the key is its position, 1..7.
-SCREENS = (
-    ("home", "Home"),
-    ("evaluate", "Evaluate"),
-    ("audit", "Audit"),
-    ("train", "Train"),
-    ("checkpoints", "Checkpoints"),
-    ("sql", "SQL"),
-    ("flywheel", "Flywheel"),
-)
 
 
 class ApplianceApp(App[None]):

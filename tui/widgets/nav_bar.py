@@ -5,7 +5,16 @@ from rich.text import Text
 from textual import events
 from textual.widgets import Static
 
-SCREEN_TITLES = ("Home", "Evaluate", "Audit", "Train", "Checkpoints", "SQL", "Flywheel")
+# (mode name, title in the nav bar and palette); the key is its position, 1..7. The app binds the keys from it.
+SCREENS = (
+    ("home", "Home"),
+    ("evaluate", "Evaluate"),
+    ("audit", "Audit"),
+    ("train", "Train"),
+    ("checkpoints", "Checkpoints"),
+    ("sql", "SQL"),
+    ("flywheel", "Flywheel"),
+)
 
 
 class NavBar(Static):
@@ -32,7 +41,7 @@ class NavBar(Static):
 
     def _line(self, job: str, titles: bool) -> Text:
         text = Text()
-        for number, title in enumerate(SCREEN_TITLES, start=1):
+        for number, (_, title) in enumerate(SCREENS, start=1):
             current = title == self.current
             text.append(f" {number} ", style="bold")
             if titles or current:
