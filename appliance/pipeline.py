@@ -38,11 +38,11 @@ class PipelineSettings:
     baseline_k: int = field(default=1, metadata={
         "help": "samples per task in the baseline; 1 = greedy, which the gate can reuse; >1 adds pass@k"})
     eval_limit: int | None = field(default=None, metadata={"help": "held-out tasks per eval (None: all)"})
-    # Sized so the default run fits in an hour on 2 CPU cores with SmolLM2-135M (docs/learning.md, session 7):
-    # SFT at 10.5-12 s a step (100 steps of 8: two thirds of a pass over workplace-single's 1,200 train tasks),
-    # GRPO at 45-58 s a step of 4 x 4 rollouts plus 2-3 min of screening, three 120-task evals at ~5 min and
-    # the gate's two BFCL evals. 150 + 30 steps took 86 min (session 6).
-    sft_steps: int = field(default=100, metadata={"help": "SFT steps when SFT is recommended"})
+    # Chosen on dev (docs/learning.md, session 7): 150 SFT steps of 8 (one pass over workplace-single's 1,200
+    # train tasks, ~10.5 s a step on 2 CPU cores) scored 43.3% on dev against 25.8% for 100; from the 150-step
+    # SFT, 15 GRPO steps (~55 s a step of 4 x 4 rollouts, plus 2-3 min of screening) lost nothing on dev and
+    # 30 lost 8.3 points. Time: 100 + 15 steps took 60 min, 150 + 30 took 86; 150 + 15 is about 69 (unmeasured).
+    sft_steps: int = field(default=150, metadata={"help": "SFT steps when SFT is recommended"})
     grpo_steps: int = field(default=15, metadata={"help": "GRPO steps"})
     checkpoints_root: str = field(default="checkpoints", metadata={"help": "adapter registry"})
 
