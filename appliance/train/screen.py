@@ -160,13 +160,15 @@ def screen_rows(run: Any, model: Any, tokenizer: Any, rows: list[dict[str, Any]]
     screened = load_screening(path) if path.is_file() else None
     if screened is None:
         scored = score_tasks(run, model, tokenizer, screening_sample(rows, config))
+        tasks = {row["task_id"]: run.pack.task(row["task_id"]) for row in rows}
         templates = None
         if config.task_selection == "uncertain_by_template":
-            templates = {row["task_id"]: str(run.pack.task(row["task_id"]).tags.get("template", row["task_id"]))
-                         for row in rows}
+            templates = {task_id: str(task.tags.get("template", task_id)) for task_id, task in tasks.items()}
         keep = config.steps * config.prompts_per_step
-        no_call = frozenset(row["task_id"] for row in rows if not run.pack.task(row["task_id"]).expected)
-        cap = None if config.max_no_call_share is None else math.floor(config.max_no_call_share * keep)
+        no_call, cap = frozenset(), None
+        if config.max_no_call_share is not None:
+            no_call = frozenset(task_id for task_id, task in tasks.items() if not task.expected)
+            cap = math.floor(config.max_no_call_share * keep)
         screened = select_uncertain(scored, keep, templates, no_call=no_call, max_no_call=cap)
         save_screening(path, screened)
         run.emit(screening_event(run.run_id, screened, config.temperature))
