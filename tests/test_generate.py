@@ -218,15 +218,38 @@ def test_shared_prompt_head_is_prefilled_once_without_changing_outputs(loaded, m
     prompts = [render_prompt(tokenizer, "You are helpful.", [{"role": "user", "content": r}], tools) for r in REQUESTS]
     generator = HFGenerator(model, tokenizer, batch_size=8)
     encoded = tokenizer(prompts, add_special_tokens=False)["input_ids"]
-    assert generator._shared_prefix(encoded).ids.shape[1] > 50
+    limits = [len(ids) - 1 for ids in encoded]
+    assert min(generator._head_lengths(encoded, limits)) > 50
     shared = generator.generate(prompts, max_new_tokens=16)
     sampled = generator.generate(prompts, n=3, temperature=1e-4, max_new_tokens=16, seed=0)
     monkeypatch.setattr(hf, "MIN_SHARED_PREFIX_TOKENS", 10_000)
-    assert generator._shared_prefix(encoded) is None
+    assert generator._head_lengths(encoded, limits) == [0] * len(encoded)
     plain = generator.generate(prompts, max_new_tokens=16)
     assert texts(shared) == texts(plain)
     assert texts(sampled) == [[samples[0].text] * 3 for samples in plain]
     assert [s[0].prompt_tokens for s in shared] == [len(ids) for ids in encoded]
+
+
+def test_a_batch_of_several_tool_lists_decodes_like_one_prompt_at_a_time(loaded):
+    """Each tool list's head is cached once and right-aligned; the answers match unbatched vanilla generate."""
+    import torch
+
+    model, tokenizer = loaded
+    lists = [[{"name": f"{domain}_{i}", "description": f"Does one {domain} thing.", "parameters": {}} for i in range(4)]
+             for domain in ("email", "calendar_and_more")]
+    prompts = [render_prompt(tokenizer, "You are helpful.", [{"role": "user", "content": r}], tools)
+               for tools in lists for r in REQUESTS[:3]]
+    generator = HFGenerator(model, tokenizer, batch_size=8)
+    encoded = tokenizer(prompts, add_special_tokens=False)["input_ids"]
+    heads = generator._head_lengths(encoded, [len(ids) - 1 for ids in encoded])
+    assert len(set(heads[:3])) == 1 and len(set(heads[3:])) == 1 and heads[0] != heads[3]  # two groups
+    got = generator.generate(prompts, max_new_tokens=12)
+    for ids, samples in zip(encoded, got):
+        with torch.inference_mode():
+            out = model.generate(input_ids=torch.tensor([ids]), max_new_tokens=12, do_sample=False,
+                                 eos_token_id=generator.eos_ids, pad_token_id=generator.pad_id)
+        vanilla = out[0, len(ids):].tolist()
+        assert list(samples[0].token_ids) == vanilla[:len(samples[0].token_ids)]
 
 
 def test_grouped_query_attention_on_cpu_gives_identical_logits(tiny_model_dir, prompts):

@@ -6,6 +6,7 @@ what finished (the eval is stored as interrupted).
 """
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
@@ -31,7 +32,7 @@ class EvalSettings:
     temperature: float | None = field(default=None, metadata={"help": "None: greedy for k=1, 0.7 for k>1"})
     top_p: float = field(default=1.0, metadata={"help": "nucleus sampling"})
     max_new_tokens: int = field(default=96, metadata={"help": "generation budget per turn (a call is ~60 tokens)"})
-    batch_size: int = field(default=16, metadata={"help": "prompts per generation call"})
+    batch_size: int = field(default=32, metadata={"help": "prompts per generation call"})
     backend: str = field(default="auto", metadata={"help": "auto | hf | vllm"})
     seed: int = field(default=0, metadata={"help": "sampling seed"})
     tasks_root: str = field(default="tasks", metadata={"help": "folder holding task packs"})
@@ -99,12 +100,10 @@ class _Session:
             self.writer(self.eval_id, scored, prompts)
 
     def run_single_step(self, tasks: Sequence[Task]) -> None:
-        # Batches of similar prompt length: a batch is padded to its longest prompt, and tool lists
-        # make prompt lengths vary 5x, so task order would waste most of the compute on padding.
         prompts_all = {t.id: self.prompt(t, t.messages) for t in tasks}
-        by_length = sorted(tasks, key=lambda t: len(prompts_all[t.id]))
         done = 0
-        for batch in _chunks(by_length, self.settings.batch_size):
+        lengths = {task_id: len(prompt) for task_id, prompt in prompts_all.items()}
+        for batch in self._batches_by_tools(tasks, lengths, self.settings.batch_size):
             prompts = {t.id: prompts_all[t.id] for t in batch}
             outputs = self._generate([prompts[t.id] for t in batch], self.settings.k)
             scored = []
@@ -119,9 +118,23 @@ class _Session:
             done += len(batch)
             self.sink(Progress(run_id=self.eval_id, stage="eval", done=done, total=len(tasks)))
 
+    def _batches_by_tools(self, tasks: Sequence[Task], lengths: dict[str, int], size: int) -> list[Sequence[Task]]:
+        """Full batches in tool-list order, and by prompt length within one list.
+
+        A batch then holds few tool lists, and the generator prefills each list's
+        common head once for all its rows; length order keeps the padding small.
+        """
+        keys: dict[str, int] = {}
+        for task in tasks:
+            keys.setdefault(json.dumps(self.pack.tools_for(task), sort_keys=True, default=str), len(keys))
+        rank = {task.id: keys[json.dumps(self.pack.tools_for(task), sort_keys=True, default=str)] for task in tasks}
+        return _chunks(sorted(tasks, key=lambda t: (rank[t.id], lengths[t.id])), size)
+
     def run_multi_step(self, tasks: Sequence[Task]) -> None:
         done = 0
-        for batch in _chunks(tasks, max(1, self.settings.batch_size // max(1, self.settings.k))):
+        lengths = {t.id: sum(len(str(m.get("content") or "")) for m in t.messages) for t in tasks}
+        size = max(1, self.settings.batch_size // max(1, self.settings.k))
+        for batch in self._batches_by_tools(tasks, lengths, size):
             trajectories = [
                 Trajectory(task=t, sample_index=i, messages=list(t.messages), world=self.scorer.verifier.episode(t))
                 for t in batch for i in range(self.settings.k)

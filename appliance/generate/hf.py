@@ -1,25 +1,27 @@
 """The transformers backend: batched `model.generate` on a CPU or a GPU without vLLM.
 
-Prompts are tokenized once, sorted by length (so a batch wastes little on
-padding), left-padded, and sent `batch_size` sequences at a time: each
-`model.generate` call covers `batch_size // n` prompts, each repeated n times
-(prompt-major, like `num_return_sequences`). Results are put back in the
+Prompts are tokenized once, sorted by their tokens (so prompts with the same
+head sit together), left-padded, and sent `batch_size` sequences at a time:
+each `model.generate` call covers `batch_size // n` prompts, each repeated n
+times (prompt-major, like `num_return_sequences`). Results are put back in the
 caller's order. Stop strings end a sequence early (transformers'
 StopStringCriteria) and are cut from the text afterwards.
 
-Prompts in one call usually share a long head (system prompt and tool list).
+Prompts in one batch usually share a long head (system prompt and tool list).
 That head is prefilled once into a KV cache and copied into every row, so only
-each prompt's own tail is prefilled per row: on a CPU, prefill of ~300-token
-prompts is most of the cost of short tool-call answers. When n > 1 samples are
+each prompt's own tail is prefilled per row: on a CPU, prefill of ~600-token
+prompts is most of the cost of short tool-call answers (16 rows of 700 tokens
+take ~35 s on 2 cores; 96 decode steps ~13 s). When n > 1 samples are
 drawn per prompt (GRPO groups), each prompt is prefilled once and its cache is
 copied to its n rows.
 """
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from appliance.generate.base import Generator, Sample, trim_at_stop
 
@@ -28,11 +30,17 @@ MIN_SHARED_PREFIX_TOKENS = 16
 
 
 @dataclass
-class SharedPrefix:
-    """The tokens all prompts of one call start with, and their prefilled KV cache (batch of 1)."""
+class Heads:
+    """The cached heads of one batch's rows, right-aligned in the first `width` columns.
 
-    ids: Any
-    cache: Any
+    Row r's head (its group's common tokens) fills columns width - len(head_r) .. width - 1;
+    the columns before it are padding, masked out. Every row's own tail follows, left-padded.
+    """
+
+    width: int
+    ids: Any  # (rows, width)
+    mask: Any  # (rows, width)
+    cache: Any  # a DynamicCache over the width columns, or None when no row has a head
 
 
 class HFGenerator(Generator):
@@ -48,6 +56,7 @@ class HFGenerator(Generator):
         use_grouped_query_attention(model)
         self.eos_ids = _eos_ids(model, tokenizer)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_ids[0]
+        self._heads_seen: dict[tuple[int, ...], Any] = {}
 
     @classmethod
     def load(
@@ -80,17 +89,18 @@ class HFGenerator(Generator):
         if seed is not None:
             torch.manual_seed(seed)
         encoded = self.tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
-        prefix = self._shared_prefix(encoded)
-        by_length = sorted(range(len(prompts)), key=lambda index: len(encoded[index]))
+        # Token order puts prompts with the same head (system prompt and tool list) side by side.
+        by_head = sorted(range(len(prompts)), key=lambda index: encoded[index])
         per_call = max(1, self.batch_size // max(1, n))
         results: list[list[Sample]] = [[] for _ in prompts]
-        for start in range(0, len(by_length), per_call):
-            chunk = by_length[start : start + per_call]
-            samples = self._generate_chunk(
-                [encoded[i] for i in chunk], prefix, n, temperature, top_p, max_new_tokens, stop
-            )
-            for index, prompt_samples in zip(chunk, samples):
-                results[index] = prompt_samples
+        with self._reusing_heads():
+            for start in range(0, len(by_head), per_call):
+                chunk = by_head[start : start + per_call]
+                samples = self._generate_chunk(
+                    [encoded[i] for i in chunk], n, temperature, top_p, max_new_tokens, stop
+                )
+                for index, prompt_samples in zip(chunk, samples):
+                    results[index] = prompt_samples
         return results
 
     def completion_logprobs(
@@ -113,45 +123,119 @@ class HFGenerator(Generator):
         answers = self.tokenizer(list(completions), add_special_tokens=False)["input_ids"]
         if end_of_turn and self.tokenizer.eos_token_id is not None:
             answers = [[*ids, self.tokenizer.eos_token_id] for ids in answers]
-        prefix = self._shared_prefix(encoded)
-        cut = 0 if prefix is None else prefix.ids.shape[1]
         results: list[float] = [0.0] * len(prompts)
-        for start in range(0, len(prompts), self.batch_size):
-            chunk = range(start, min(start + self.batch_size, len(prompts)))
-            ids, mask, cache = self._rows_after_head([encoded[i] + answers[i] for i in chunk], prefix)
-            longest = max(len(answers[i]) for i in chunk)
-            with torch.inference_mode():
-                logits = self.model(input_ids=ids[:, cut:], attention_mask=mask,
-                                    position_ids=_positions(mask)[:, cut:],
-                                    past_key_values=cache, use_cache=cache is not None,
-                                    logits_to_keep=longest + 1).logits.float()
-            # Rows are left-padded, so every answer ends at the right edge; position t predicts token t + 1.
-            logprobs = torch.log_softmax(logits[:, :-1] / max(temperature, 1e-6), dim=-1)
-            targets = ids[:, -longest:]
-            picked = logprobs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-            for row, index in enumerate(chunk):
-                results[index] = float(picked[row, longest - len(answers[index]):].sum())
+        with self._reusing_heads():
+            for start in range(0, len(prompts), self.batch_size):
+                chunk = range(start, min(start + self.batch_size, len(prompts)))
+                # A head may not reach into the answer: its last prompt token must be computed, it predicts the first.
+                ids, mask, cache, cut = self._rows_after_heads(
+                    [encoded[i] + answers[i] for i in chunk], [len(encoded[i]) - 1 for i in chunk])
+                longest = max(len(answers[i]) for i in chunk)
+                with torch.inference_mode():
+                    logits = self.model(input_ids=ids[:, cut:], attention_mask=mask,
+                                        position_ids=_positions(mask)[:, cut:],
+                                        past_key_values=cache, use_cache=cache is not None,
+                                        logits_to_keep=longest + 1).logits.float()
+                # Rows are left-padded, so every answer ends at the right edge; position t predicts token t + 1.
+                logprobs = torch.log_softmax(logits[:, :-1] / max(temperature, 1e-6), dim=-1)
+                targets = ids[:, -longest:]
+                picked = logprobs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+                for row, index in enumerate(chunk):
+                    results[index] = float(picked[row, longest - len(answers[index]):].sum())
         return results
 
-    def _shared_prefix(self, encoded: list[list[int]]) -> SharedPrefix | None:
-        """Prefill the tokens every prompt starts with (system prompt, tools) once, not once per row."""
+    def _head_lengths(self, rows: list[list[int]], limits: list[int]) -> list[int]:
+        """How many leading tokens of each row come from a cached head (0: none).
+
+        In token order, a row joins the group before it when the head it would
+        share saves more prefill than the group loses by a shorter common head
+        (the same system prompt and tool list: yes; only the system prompt: no).
+        A lone row's head is all of it up to its limit: generate needs at least
+        one uncached token per row.
+        """
+        heads = [0] * len(rows)
+        order = sorted(range(len(rows)), key=lambda index: rows[index])
+        groups: list[tuple[list[int], int]] = []  # (members, common head length)
+        for index in order:
+            if groups:
+                members, common = groups[-1]
+                shared = min(common, _common_length(rows[members[0]], rows[index]), limits[index])
+                if shared >= MIN_SHARED_PREFIX_TOKENS and shared > len(members) * (common - shared):
+                    groups[-1] = ([*members, index], shared)
+                    continue
+            groups.append(([index], limits[index]))
+        for members, common in groups:
+            for member in members:
+                heads[member] = common if common >= MIN_SHARED_PREFIX_TOKENS else 0
+        return heads
+
+    def _prefill_heads(self, rows: list[list[int]], heads: list[int]) -> Heads | None:
+        """Prefill each distinct head once (a batch of one) and lay the caches out row by row."""
         import torch
         from transformers import DynamicCache
 
-        if not encoded:
+        width = max(heads, default=0)
+        if width == 0:
             return None
-        shortest = min(len(tokens) for tokens in encoded)
-        length = 0
-        # Stop one token short of the shortest prompt: generate needs at least one uncached token per row.
-        while length < shortest - 1 and all(tokens[length] == encoded[0][length] for tokens in encoded):
-            length += 1
-        if length < MIN_SHARED_PREFIX_TOKENS:
-            return None
-        ids = torch.tensor([encoded[0][:length]], device=self.model.device)
+        distinct = self._prefill_distinct(
+            list(dict.fromkeys(tuple(tokens[:head]) for tokens, head in zip(rows, heads) if head)))
+        ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long, device=self.model.device)
+        mask = torch.zeros_like(ids)
+
+        def blank(like: Any) -> Any:
+            return like.new_zeros((len(rows), like.shape[1], width, like.shape[3]))
+
+        layers = [(blank(layer.keys), blank(layer.values)) for layer in next(iter(distinct.values())).layers]
+        for row, (tokens, head) in enumerate(zip(rows, heads)):
+            if not head:
+                continue
+            ids[row, width - head:] = torch.tensor(tokens[:head])
+            mask[row, width - head:] = 1
+            for (row_keys, row_values), layer in zip(layers, distinct[tuple(tokens[:head])].layers):
+                row_keys[row, :, width - head:] = layer.keys[0]
+                row_values[row, :, width - head:] = layer.values[0]
         cache = DynamicCache(config=self._text_config())
-        with torch.inference_mode():
-            self.model(input_ids=ids, past_key_values=cache, use_cache=True)
-        return SharedPrefix(ids=ids, cache=cache)
+        for index, (layer_keys, layer_values) in enumerate(layers):
+            cache.update(layer_keys, layer_values, index)
+        return Heads(width=width, ids=ids, mask=mask, cache=cache)
+
+    def _prefill_distinct(self, keys: list[tuple[int, ...]]) -> dict[tuple[int, ...], Any]:
+        """A KV cache (batch of one) per distinct head; the heads' common root is prefilled only once.
+
+        Rows from different tool lists still share the system prompt: GRPO's
+        groups of one prompt each would otherwise prefill it once per prompt.
+        """
+        import copy
+
+        import torch
+        from transformers import DynamicCache
+
+        def extend(cache: Any, tokens: tuple[int, ...]) -> Any:
+            if tokens:
+                with torch.inference_mode():
+                    self.model(input_ids=torch.tensor([tokens], device=self.model.device), past_key_values=cache,
+                               use_cache=True)
+            return cache
+
+        known = {key: self._heads_seen[key] for key in keys if key in self._heads_seen}
+        missing = [key for key in keys if key not in known]
+        root = min((_common_length(missing[0], key) for key in missing), default=0) if len(missing) > 1 else 0
+        if root < MIN_SHARED_PREFIX_TOKENS:
+            made = {key: extend(DynamicCache(config=self._text_config()), key) for key in missing}
+        else:
+            shared = extend(DynamicCache(config=self._text_config()), missing[0][:root])
+            made = {key: extend(copy.deepcopy(shared), key[root:]) for key in missing}
+        self._heads_seen.update(made)
+        return {**known, **made}
+
+    @contextmanager
+    def _reusing_heads(self) -> Iterator[None]:
+        """Within one call, a head prefilled for one batch serves every later batch that has it (read only)."""
+        self._heads_seen = {}
+        try:
+            yield
+        finally:
+            self._heads_seen = {}
 
     def _text_config(self) -> Any:
         config = self.model.config
@@ -160,7 +244,6 @@ class HFGenerator(Generator):
     def _generate_chunk(
         self,
         token_lists: list[list[int]],
-        prefix: SharedPrefix | None,
         n: int,
         temperature: float,
         top_p: float,
@@ -172,9 +255,10 @@ class HFGenerator(Generator):
         greedy = temperature <= 0
         rows_per_prompt = 1 if greedy else n  # greedy rows would all be the same; decode once and repeat
         if rows_per_prompt > 1:
-            inputs = self._grouped_inputs(token_lists, prefix, rows_per_prompt)
+            inputs = self._grouped_inputs(token_lists, rows_per_prompt)
         else:
-            inputs = self._batch_inputs(token_lists, prefix, rows_per_prompt)
+            inputs = self._batch_inputs(token_lists)
+        inputs = self._with_static_cache(inputs, max_new_tokens)
         config = self._generation_config(greedy, temperature, top_p, max_new_tokens, stop)
         started = time.perf_counter()
         with torch.inference_mode():
@@ -190,35 +274,47 @@ class HFGenerator(Generator):
             samples.append(decoded * n if greedy else decoded)
         return samples
 
-    def _batch_inputs(
-        self, token_lists: list[list[int]], prefix: SharedPrefix | None, rows_per_prompt: int
-    ) -> dict[str, Any]:
-        """Rows are prompt-major (prompt 0's samples, then prompt 1's...), each left-padded.
+    def _with_static_cache(self, inputs: dict[str, Any], max_new_tokens: int) -> dict[str, Any]:
+        """Decode into a preallocated KV cache that already holds whatever `inputs` prefilled.
 
-        With a shared prefix the padding sits between the cached prefix and each
-        prompt's own tokens; generate derives position ids from the attention
-        mask, so the model sees every row as one contiguous prompt.
+        A DynamicCache grows by concatenation, which copies every row's whole cache at every
+        decode step; on a CPU that copy moved more memory than the model's weights. A
+        StaticCache writes each new token in place.
         """
-        rows = [tokens for tokens in token_lists for _ in range(rows_per_prompt)]
-        ids, mask, cache = self._rows_after_head(rows, prefix)
+        from transformers import StaticCache
+
+        rows, length = inputs["input_ids"].shape
+        static = StaticCache(config=self._text_config(), max_cache_len=length + max_new_tokens)
+        prefilled = inputs.get("past_key_values")
+        if prefilled is not None:
+            for source, target in zip(prefilled.layers, static.layers):
+                repeats = rows // source.keys.shape[0]
+                target.update(source.keys.repeat_interleave(repeats, dim=0),
+                              source.values.repeat_interleave(repeats, dim=0))
+        return {**inputs, "past_key_values": static}
+
+    def _batch_inputs(self, token_lists: list[list[int]]) -> dict[str, Any]:
+        """One row per prompt: cached heads on the left, each tail left-padded after them.
+
+        generate derives position ids from the attention mask, so the model sees
+        every row as one contiguous prompt whatever padding sits inside it.
+        """
+        ids, mask, cache, _ = self._rows_after_heads(token_lists, [len(tokens) - 1 for tokens in token_lists])
         inputs = {"input_ids": ids, "attention_mask": mask}
         return inputs if cache is None else {**inputs, "past_key_values": cache}
 
-    def _grouped_inputs(
-        self, token_lists: list[list[int]], prefix: SharedPrefix | None, rows_per_prompt: int
-    ) -> dict[str, Any]:
+    def _grouped_inputs(self, token_lists: list[list[int]], rows_per_prompt: int) -> dict[str, Any]:
         """Sampling n > 1 rows per prompt: prefill each prompt once, then copy its KV cache to its n rows.
 
         Everything but each prompt's last token is prefilled here (one row per
-        prompt, after the shared head when there is one); generate then starts
-        from that last token in every row. Without this, a GRPO group of 8
-        prefilled its ~650-token prompt 8 times.
+        prompt, after its cached head); generate then starts from that last
+        token in every row. Without this, a GRPO group of 8 prefilled its
+        ~650-token prompt 8 times.
         """
         import torch
         from transformers import DynamicCache
 
-        ids, mask, cache = self._rows_after_head(token_lists, prefix)
-        cut = 0 if prefix is None else prefix.ids.shape[1]
+        ids, mask, cache, cut = self._rows_after_heads(token_lists, [len(tokens) - 1 for tokens in token_lists])
         if cache is None:
             cache = DynamicCache(config=self._text_config())
         if ids.shape[1] - 1 > cut:  # the tails have more than their last token
@@ -234,22 +330,19 @@ class HFGenerator(Generator):
             "past_key_values": cache,
         }
 
-    def _rows_after_head(self, rows: list[list[int]], prefix: SharedPrefix | None) -> tuple[Any, Any, Any]:
-        """(ids, mask, cache) for rows left-padded after the shared head; cache is a copy of its KV (or None)."""
-        import copy
-
+    def _rows_after_heads(self, rows: list[list[int]], limits: list[int]) -> tuple[Any, Any, Any, int]:
+        """(ids, mask, cache, cut): each row's cached head, then its tail left-padded; the cache covers `cut` columns."""
         import torch
 
-        cut = 0 if prefix is None else prefix.ids.shape[1]
-        batch = self.tokenizer.pad({"input_ids": [tokens[cut:] for tokens in rows]}, padding=True,
-                                   return_tensors="pt")
+        lengths = self._head_lengths(rows, limits)
+        heads = self._prefill_heads(rows, lengths)
+        cut = 0 if heads is None else heads.width
+        own = [tokens[head:] for tokens, head in zip(rows, lengths)]
+        batch = self.tokenizer.pad({"input_ids": own}, padding=True, return_tensors="pt")
         ids, mask = batch["input_ids"].to(self.model.device), batch["attention_mask"].to(self.model.device)
-        if prefix is None:
-            return ids, mask, None
-        cache = copy.deepcopy(prefix.cache)  # generate extends the cache in place
-        cache.batch_repeat_interleave(len(rows))
-        head = prefix.ids.expand(len(rows), -1)
-        return torch.cat([head, ids], dim=1), torch.cat([torch.ones_like(head), mask], dim=1), cache
+        if heads is None:
+            return ids, mask, None, 0
+        return torch.cat([heads.ids, ids], dim=1), torch.cat([heads.mask, mask], dim=1), heads.cache, cut
 
     def _generation_config(
         self, greedy: bool, temperature: float, top_p: float, max_new_tokens: int, stop: list[str] | None
@@ -347,3 +440,12 @@ def _eos_ids(model: Any, tokenizer: Any) -> list[int]:
     ids = configured if isinstance(configured, list) else [configured]
     ids = [*ids, tokenizer.eos_token_id]
     return list(dict.fromkeys(i for i in ids if i is not None))
+
+
+def _common_length(a: list[int], b: list[int]) -> int:
+    length = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        length += 1
+    return length
