@@ -1,4 +1,5 @@
-"""Every call our code makes into vLLM and Unsloth fits the pinned source's signature (read with ast).
+"""Every call our code makes into vLLM and Unsloth fits the pinned source's signature (read with ast),
+and the TRL method our GRPO mixin replaces is still the one TRL calls.
 
 The keywords are read from our files (sources.our_calls), so a new argument is
 checked without touching this test. A keyword that only a `**kwargs` would
@@ -117,3 +118,24 @@ def test_load_lora_takes_what_we_pass():
                            bound=True)
     assert signature.positional[:2] == ("save_directory", "load_tensors")
     _assert_fit(_calls(UNSLOTH_FILES, "load_lora", MODEL_NAMES), signature, "model.load_lora")
+
+
+# --- TRL ----------------------------------------------------------------------------------------
+
+
+def test_trl_tokenizes_text_prompts_in_the_method_our_mixin_replaces():
+    # backends.RenderedPromptIds replaces GRPOTrainer._tokenize_prompts so a text prompt is tokenized
+    # without special tokens (no second BOS); that only holds while TRL tokenizes there and nowhere else.
+    import inspect
+
+    import trl
+
+    from appliance.train.backends import RenderedPromptIds
+
+    ours = inspect.signature(RenderedPromptIds._tokenize_prompts)
+    theirs = inspect.signature(trl.GRPOTrainer._tokenize_prompts)
+    assert list(ours.parameters) == list(theirs.parameters) == ["self", "prompts"]
+    assert "prompt_ids, images, multimodal_fields = self._tokenize_prompts(prompts)" in \
+        inspect.getsource(trl.GRPOTrainer._generate)
+    assert 'prompt_ids = self.processing_class(text=prompts)["input_ids"]' in \
+        inspect.getsource(trl.GRPOTrainer._tokenize_prompts)  # text prompts: special tokens added

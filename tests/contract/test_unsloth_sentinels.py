@@ -12,6 +12,11 @@ structure (which branch sets what), the test checks the structure.
 - Under standby, unsloth_zoo replaces gpu_memory_utilization with its own
   target, lower or higher (what the doctor and in_force.json report).
 - `fast_generate` is set even without a vLLM engine; only `vllm_engine` tells.
+- The patched GRPOTrainer drops TRL's frozen reference adapter, so with beta > 0
+  the KL reference is the base model (UnslothBackend.kl_reference = "base").
+- Each generation step serves the live LoRA from a relative folder
+  (./vllm_gen_lora) and writes its adapter_config.json there (why the backend
+  roots those folders in the run folder); a path-based load reads the folder.
 """
 from __future__ import annotations
 
@@ -20,7 +25,8 @@ from typing import Any
 
 import pytest
 
-from .sources import find_class, find_function, unsloth_default_replacements, unsloth_patcher, wheel_tree
+from .sources import (find_class, find_function, parents, unsloth_default_replacements, unsloth_patcher,
+                      wheel_source, wheel_tree)
 
 RESOLVED = ("loss_type", "beta", "scale_rewards", "mask_truncated_completions", "epsilon_high")
 
@@ -188,3 +194,49 @@ def test_load_lora_is_attached_only_with_an_engine():
     guards = [node for node in ast.walk(tree) if isinstance(node, ast.If) and _assigned(node.body, "load_lora")]
     assert guards, "unsloth no longer attaches load_lora where read here"
     assert all("vllm_engine" in ast.unparse(guard.test) for guard in guards), [ast.unparse(g.test) for g in guards]
+
+
+# --- unsloth: with beta > 0 the KL reference is the base model --------------------------------------
+
+
+def test_unsloth_removes_trls_reference_adapter():
+    import inspect
+    import re
+
+    import trl
+
+    from appliance.train.unsloth_backend import UnslothBackend
+
+    patcher = unsloth_patcher()
+    up = parents(patcher)
+    branches = [up[node] for node in ast.walk(patcher) if isinstance(node, ast.Assign)
+                and ast.unparse(node.targets[0]) == "peft_pattern" and isinstance(up.get(node), ast.If)
+                and _same(up[node].test, "trl_version >= Version('1.4.0')")]
+    assert len(branches) == 1, "rl.py no longer removes the reference adapter for trl >= 1.4 as read here"
+    assert "re.sub(peft_pattern, replacement_comment, RLTrainer_source, flags=re.DOTALL)" in ast.unparse(branches[0])
+    pattern = next(ast.literal_eval(node.value) for node in branches[0].body if isinstance(node, ast.Assign)
+                   and ast.unparse(node.targets[0]) == "peft_pattern")
+    # TRL keeps a frozen copy of a pretrained adapter as the KL reference (trl 1.15 grpo_trainer.py:455-483) ...
+    source = inspect.getsource(trl.GRPOTrainer)
+    assert source.count('model.add_adapter("ref", default_config)') == 1
+    # ... and Unsloth's pattern still finds that block in the pinned trl and removes it.
+    patched, removed = re.subn(pattern, "\n", source, flags=re.DOTALL)
+    assert removed == 1 and 'add_adapter("ref"' not in patched
+    assert UnslothBackend.kl_reference == "base"
+
+
+# --- unsloth: the live LoRA's scratch folder ---------------------------------------------------------
+
+
+def test_the_patched_trainer_writes_the_live_lora_config_into_a_relative_folder():
+    replacements = wheel_source("unsloth", "unsloth/models/rl_replacements.py")
+    assert 'lora_name = "vllm_gen_lora"' in replacements  # relative: the cwd, unless the backend roots it
+    assert 'kwargs["lora_request"] = load_lora(lora_name, load_tensors = True)' in replacements
+    zoo = wheel_tree("unsloth_zoo", "unsloth_zoo/vllm_utils.py")
+    assert "config.save_pretrained(save_directory)" in ast.unparse(find_function(zoo, "_live_lora_config"))
+    assert "return _build_lora_request(model, save_directory, load_tensors, lora_request_id)" in \
+        ast.unparse(find_function(zoo, "load_lora"))
+    build = ast.unparse(find_function(zoo, "_build_lora_request"))
+    assert "peft_config = _live_lora_config(model, save_directory)" in build  # load_tensors=True
+    # load_tensors=False (our evals): a path-based request, vLLM reads the folder's own files.
+    assert "LoRARequest(str(lora_request_id), lora_request_id, save_directory)" in build
