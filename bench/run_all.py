@@ -13,8 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-FAST = ("bench_world.py", "bench_verify.py", "bench_store.py", "bench_generate.py", "bench_overhead.py",
-        "bench_train_step.py")
+FAST = ("bench_world.py", "bench_verify.py", "bench_store.py", "bench_generate.py", "bench_eval_batches.py",
+        "bench_overhead.py", "bench_train_step.py")
 
 
 def main() -> int:

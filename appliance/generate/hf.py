@@ -113,8 +113,6 @@ class HFGenerator(Generator):
         sample only counts once the model stops). Prompts share their head's KV
         cache as in `generate`, so pass prompts that share a long head together.
         """
-        import torch
-
         if len(prompts) != len(completions):
             raise ValueError("completion_logprobs needs one completion per prompt")
         if not prompts:
@@ -123,26 +121,29 @@ class HFGenerator(Generator):
         answers = self.tokenizer(list(completions), add_special_tokens=False)["input_ids"]
         if end_of_turn and self.tokenizer.eos_token_id is not None:
             answers = [[*ids, self.tokenizer.eos_token_id] for ids in answers]
-        results: list[float] = [0.0] * len(prompts)
+        results: list[float] = []
         with self._reusing_heads():
             for start in range(0, len(prompts), self.batch_size):
                 chunk = range(start, min(start + self.batch_size, len(prompts)))
-                # A head may not reach into the answer: its last prompt token must be computed, it predicts the first.
-                ids, mask, cache, cut = self._rows_after_heads(
-                    [encoded[i] + answers[i] for i in chunk], [len(encoded[i]) - 1 for i in chunk])
-                longest = max(len(answers[i]) for i in chunk)
-                with torch.inference_mode():
-                    logits = self.model(input_ids=ids[:, cut:], attention_mask=mask,
-                                        position_ids=_positions(mask)[:, cut:],
-                                        past_key_values=cache, use_cache=cache is not None,
-                                        logits_to_keep=longest + 1).logits.float()
-                # Rows are left-padded, so every answer ends at the right edge; position t predicts token t + 1.
-                logprobs = torch.log_softmax(logits[:, :-1] / max(temperature, 1e-6), dim=-1)
-                targets = ids[:, -longest:]
-                picked = logprobs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-                for row, index in enumerate(chunk):
-                    results[index] = float(picked[row, longest - len(answers[index]):].sum())
+                results.extend(self._chunk_logprobs([encoded[i] for i in chunk], [answers[i] for i in chunk],
+                                                    temperature))
         return results
+
+    def _chunk_logprobs(self, prompts: list[list[int]], answers: list[list[int]], temperature: float) -> list[float]:
+        import torch
+
+        # A head may not reach into the answer: its last prompt token must be computed, it predicts the first.
+        ids, mask, cache, cut = self._rows_after_heads([p + a for p, a in zip(prompts, answers)],
+                                                       [len(p) - 1 for p in prompts])
+        longest = max(len(answer) for answer in answers)
+        with torch.inference_mode():
+            logits = self.model(input_ids=ids[:, cut:], attention_mask=mask, position_ids=_positions(mask)[:, cut:],
+                                past_key_values=cache, use_cache=cache is not None,
+                                logits_to_keep=longest + 1).logits.float()
+        # Rows are left-padded, so every answer ends at the right edge; position t predicts token t + 1.
+        logprobs = torch.log_softmax(logits[:, :-1] / max(temperature, 1e-6), dim=-1)
+        picked = logprobs.gather(-1, ids[:, -longest:].unsqueeze(-1)).squeeze(-1)
+        return [float(picked[row, longest - len(answer):].sum()) for row, answer in enumerate(answers)]
 
     def _head_lengths(self, rows: list[list[int]], limits: list[int]) -> list[int]:
         """How many leading tokens of each row come from a cached head (0: none).
