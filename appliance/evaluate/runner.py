@@ -124,11 +124,9 @@ class _Session:
         A batch then holds few tool lists, and the generator prefills each list's
         common head once for all its rows; length order keeps the padding small.
         """
-        keys: dict[str, int] = {}
-        for task in tasks:
-            keys.setdefault(json.dumps(self.pack.tools_for(task), sort_keys=True, default=str), len(keys))
-        rank = {task.id: keys[json.dumps(self.pack.tools_for(task), sort_keys=True, default=str)] for task in tasks}
-        return _chunks(sorted(tasks, key=lambda t: (rank[t.id], lengths[t.id])), size)
+        lists = {task.id: json.dumps(self.pack.tools_for(task), sort_keys=True, default=str) for task in tasks}
+        rank = {key: index for index, key in enumerate(dict.fromkeys(lists.values()))}
+        return _chunks(sorted(tasks, key=lambda t: (rank[lists[t.id]], lengths[t.id])), size)
 
     def run_multi_step(self, tasks: Sequence[Task]) -> None:
         done = 0

@@ -324,7 +324,7 @@ class HFGenerator(Generator):
                 self.model(input_ids=ids[:, cut:-1], attention_mask=before_last,
                            position_ids=_positions(before_last)[:, cut:],
                            past_key_values=cache, use_cache=True)
-        cache.batch_repeat_interleave(rows_per_prompt)
+        # The copy to each prompt's n rows happens once, into the StaticCache (`_with_static_cache`).
         return {
             "input_ids": ids.repeat_interleave(rows_per_prompt, dim=0),
             "attention_mask": mask.repeat_interleave(rows_per_prompt, dim=0),
