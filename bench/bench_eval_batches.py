@@ -23,7 +23,7 @@ import time
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see bench_generate.py
 
-from appliance.generate import hf
+from appliance.generate import heads
 from appliance.generate.hf import HFGenerator
 from appliance.packs.pack import load_pack
 from appliance.prompting import render_prompt
@@ -35,8 +35,8 @@ class PreviousScheme(HFGenerator):
     def _head_lengths(self, rows: list[list[int]], limits: list[int]) -> list[int]:
         common = min(limits)
         for tokens in rows[1:]:
-            common = min(common, hf._common_length(rows[0], tokens))
-        return [common if common >= hf.MIN_SHARED_PREFIX_TOKENS else 0] * len(rows)
+            common = min(common, heads.common_length(rows[0], tokens))
+        return [common if common >= heads.MIN_SHARED_PREFIX_TOKENS else 0] * len(rows)
 
     def _with_static_cache(self, inputs: dict, max_new_tokens: int) -> dict:
         return inputs

@@ -8,7 +8,10 @@ TRL's fused LM head with a PEFT LoRA, under bf16 autocast, alternating:
   projected through the 49k-word LM head (what TRL 1.16 does without Triton);
 * `appliance`: no checkpointing and only the labelled positions projected
   (`appliance.train.cpu`), LoRA on the last third of the layers;
-* `appliance_all_layers`: the same with LoRA on every layer.
+* `appliance_all_layers`: the same with LoRA on every layer;
+* `appliance_frozen_heads`: `appliance` plus the frozen lower layers skipped on the
+  rows' shared heads (appliance.train.frozen_heads): two heads of 560 tokens, four
+  rows each, as a pack's system prompt + tool list (90% of workplace-single's SFT tokens).
 
     .venv/bin/python bench/bench_train_step.py [--model smollm2-135m] [--rounds 3]
 
@@ -23,8 +26,10 @@ import time
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads; see bench_generate.py
 
+HEAD_TOKENS = 560  # the leading tokens each half of the batch shares (a system prompt and tool list)
 
-def build(model_spec: str, *, lora_layers: int | None, checkpointing: bool):
+
+def build(model_spec: str, *, lora_layers: int | None, checkpointing: bool, heads: list | None = None):
     from peft import LoraConfig, get_peft_model
     from trl.trainer.utils import add_fused_lm_head
 
@@ -40,6 +45,10 @@ def build(model_spec: str, *, lora_layers: int | None, checkpointing: bool):
     if checkpointing:
         model.gradient_checkpointing_enable()
         model.enable_input_require_grads()  # what Trainer does for a PEFT model with checkpointing
+    if heads is not None:
+        from appliance.train.frozen_heads import install_frozen_heads
+
+        install_frozen_heads(model, heads)
     model.train()
     return model
 
@@ -68,6 +77,8 @@ def main() -> None:
 
     torch.manual_seed(0)
     batch = torch.randint(100, 40000, (8, 640))
+    batch[:4, :HEAD_TOKENS], batch[4:, :HEAD_TOKENS] = batch[0, :HEAD_TOKENS], batch[4, :HEAD_TOKENS]
+    prompts = [row[:HEAD_TOKENS + 4].tolist() for row in batch]
     labels = batch.clone()
     labels[:, :-46] = -100
     trl_decides = trl_utils._use_triton
@@ -75,6 +86,8 @@ def main() -> None:
         "trl_default": (lambda: build(args.model, lora_layers=0, checkpointing=True), False),
         "appliance": (lambda: build(args.model, lora_layers=None, checkpointing=False), True),
         "appliance_all_layers": (lambda: build(args.model, lora_layers=0, checkpointing=False), True),
+        "appliance_frozen_heads": (lambda: build(args.model, lora_layers=None, checkpointing=False, heads=prompts),
+                                   True),
     }
     models = {name: make() for name, (make, _) in setups.items()}
     times: dict[str, list[float]] = {name: [] for name in setups}
@@ -92,6 +105,7 @@ def main() -> None:
         print(f"{name}_step_s: {value:.2f}")
     print(f"speedup_vs_trl_default: {medians['trl_default'] / medians['appliance']:.2f}")
     print(f"speedup_all_layers_vs_trl_default: {medians['trl_default'] / medians['appliance_all_layers']:.2f}")
+    print(f"speedup_frozen_heads_vs_appliance: {medians['appliance'] / medians['appliance_frozen_heads']:.2f}")
 
 
 if __name__ == "__main__":

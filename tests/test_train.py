@@ -273,3 +273,21 @@ def test_a_missing_training_split_is_one_sentence_before_the_model_loads(config,
     with pytest.raises(ApplianceError, match="no tasks in a 'train_rl' split"):
         grpo(dataclasses.replace(config, train_split="train_rl"))
 
+
+
+@pytest.mark.parametrize("stage", ["sft", "grpo"])
+def test_training_forwards_reuse_the_prompts_frozen_heads(config, monkeypatch, stage):
+    """TRL's real batches (SFT right-padded, GRPO left-padded prompts) take the frozen-head path."""
+    from appliance.train import frozen_heads
+
+    installed = []
+    install = frozen_heads.install_frozen_heads
+
+    def spy(model, prompts):
+        installed.append(install(model, prompts))
+        return installed[-1]
+
+    monkeypatch.setattr(frozen_heads, "install_frozen_heads", spy)
+    run_sft(config) if stage == "sft" else grpo(config)
+    assert len(installed) == 1 and installed[0] is not None and installed[0].split == 1
+    assert installed[0].stats.forwards >= 1 and installed[0].stats.tokens_skipped > 0

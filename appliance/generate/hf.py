@@ -24,9 +24,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from appliance.generate.base import Generator, Sample, trim_at_stop
-
-# Below this many common leading tokens, a separate prefill costs more than it saves.
-MIN_SHARED_PREFIX_TOKENS = 16
+from appliance.generate.heads import MIN_SHARED_PREFIX_TOKENS, common_length, head_groups
 
 
 @dataclass
@@ -146,26 +144,10 @@ class HFGenerator(Generator):
         return [float(picked[row, longest - len(answer):].sum()) for row, answer in enumerate(answers)]
 
     def _head_lengths(self, rows: list[list[int]], limits: list[int]) -> list[int]:
-        """How many leading tokens of each row come from a cached head (0: none).
-
-        In token order, a row joins the group before it when the head it would
-        share saves more prefill than the group loses by a shorter common head
-        (the same system prompt and tool list: yes; only the system prompt: no).
-        A lone row's head is all of it up to its limit: generate needs at least
-        one uncached token per row.
-        """
+        """How many leading tokens of each row come from a cached head (0: none); groups as in
+        appliance.generate.heads.head_groups. Generate needs at least one uncached token per row."""
         heads = [0] * len(rows)
-        order = sorted(range(len(rows)), key=lambda index: rows[index])
-        groups: list[tuple[list[int], int]] = []  # (members, common head length)
-        for index in order:
-            if groups:
-                members, common = groups[-1]
-                shared = min(common, _common_length(rows[members[0]], rows[index]), limits[index])
-                if shared >= MIN_SHARED_PREFIX_TOKENS and shared > len(members) * (common - shared):
-                    groups[-1] = ([*members, index], shared)
-                    continue
-            groups.append(([index], limits[index]))
-        for members, common in groups:
+        for members, common in head_groups(rows, limits, MIN_SHARED_PREFIX_TOKENS):
             for member in members:
                 heads[member] = common if common >= MIN_SHARED_PREFIX_TOKENS else 0
         return heads
@@ -220,7 +202,7 @@ class HFGenerator(Generator):
 
         known = {key: self._heads_seen[key] for key in keys if key in self._heads_seen}
         missing = [key for key in keys if key not in known]
-        root = min((_common_length(missing[0], key) for key in missing), default=0) if len(missing) > 1 else 0
+        root = min((common_length(missing[0], key) for key in missing), default=0) if len(missing) > 1 else 0
         if root < MIN_SHARED_PREFIX_TOKENS:
             made = {key: extend(DynamicCache(config=self._text_config()), key) for key in missing}
         else:
@@ -442,11 +424,3 @@ def _eos_ids(model: Any, tokenizer: Any) -> list[int]:
     ids = [*ids, tokenizer.eos_token_id]
     return list(dict.fromkeys(i for i in ids if i is not None))
 
-
-def _common_length(a: list[int], b: list[int]) -> int:
-    length = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        length += 1
-    return length

@@ -4,7 +4,9 @@ No quantisation and no vLLM: GRPO samples with our batched transformers
 generator through a TRL `rollout_func` (appliance.train.rollout). Four settings
 make a CPU step 4-5x faster than TRL's defaults (bench/bench_train_step.py):
 no gradient checkpointing, the fused LM head scoring only labelled positions,
-LoRA on the last third of the layers, and that shared-prefix sampler. Needs
+LoRA on the last third of the layers, and that shared-prefix sampler. Below the
+LoRA, the prompts' shared heads are computed once, not at every step
+(appliance.train.frozen_heads). Needs
 trl >= 1.16 (1.15's GRPOTrainer patches a fused LM head whose kernels need
 Triton, which a CPU does not have). Also works on a CUDA
 machine without Unsloth (then `use_cpu` is off and the GPU is used in fp32).
@@ -67,6 +69,20 @@ def score_only_labelled_positions() -> bool:
     return True
 
 
+def reuse_frozen_heads(model: Any, tokenizer: Any, dataset: Any) -> Any:
+    """Skip the frozen lower layers on the prompt heads the dataset's prompts share (appliance.train.frozen_heads).
+
+    Text prompts are tokenized as TRL tokenizes them (no special tokens added: they are rendered chat
+    templates). Returns the head cache, or None where it does not apply.
+    """
+    from .frozen_heads import install_frozen_heads
+
+    prompts = [p for p in dataset["prompt"] if isinstance(p, str)] if "prompt" in dataset.column_names else []
+    if not prompts:
+        return None
+    return install_frozen_heads(model, tokenizer(prompts, add_special_tokens=False)["input_ids"])
+
+
 class CpuBackend:
     name = "cpu"
     supports_multi_turn = True
@@ -107,14 +123,18 @@ class CpuBackend:
 
     def make_sft_trainer(self, model: Any, tokenizer: Any, dataset: Any, config: TrainConfig,
                          args: dict[str, Any], callbacks: list[Any]) -> Any:
-        return build_sft_trainer(model, tokenizer, dataset, {**args, **self.backend_args()}, callbacks)
+        trainer = build_sft_trainer(model, tokenizer, dataset, {**args, **self.backend_args()}, callbacks)
+        reuse_frozen_heads(trainer.model, tokenizer, dataset)
+        return trainer
 
     def make_grpo_trainer(self, model: Any, tokenizer: Any, dataset: Any, config: TrainConfig,
                           args: dict[str, Any], reward_funcs: list[Callable], callbacks: list[Any],
                           trainer_mixin: type | None = None, episodes: Any = None) -> Any:
         rollout = self.rollout_func(tokenizer, config, episodes)
-        return build_grpo_trainer(model, tokenizer, dataset, {**args, **self.backend_args(), "use_vllm": False},
-                                  reward_funcs, callbacks, trainer_mixin, rollout_func=rollout)
+        trainer = build_grpo_trainer(model, tokenizer, dataset, {**args, **self.backend_args(), "use_vllm": False},
+                                     reward_funcs, callbacks, trainer_mixin, rollout_func=rollout)
+        reuse_frozen_heads(trainer.model, tokenizer, dataset)
+        return trainer
 
     def make_dpo_trainer(self, model: Any, tokenizer: Any, dataset: Any, config: TrainConfig,
                          args: dict[str, Any], callbacks: list[Any]) -> Any:
