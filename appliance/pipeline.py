@@ -12,19 +12,22 @@ crash ends one stage with a clear error, and the memory is freed between stages.
 """
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import threading
 import time
 from collections import deque
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 from appliance.errors import ApplianceError
 from appliance.events import (Event, EventSink, EvalFinished, RunFailed, RunFinished, RunStarted, null_sink,
                               parse_event)
 
 
+STAGE_STOP_S = 120  # after Ctrl-C or kill, how long a stage may take to store what it finished
 QUICK_SCREEN_LIMIT = 32  # tasks a --quick run screens for GRPO: enough to pick its 8, seconds not minutes
 
 
@@ -78,14 +81,19 @@ def run_stage(args: list[str], sink: EventSink) -> list[Event]:
     reader.start()
     events: list[Event] = []
     try:
-        for line in proc.stdout:
-            event = parse_event(line)
-            if event is not None:
-                events.append(event)
-                sink(event)
-        code = proc.wait()
+        with _stage_ends_with_us(proc):
+            for line in proc.stdout:
+                event = parse_event(line)
+                if event is not None:
+                    events.append(event)
+                    sink(event)
+            code = proc.wait()
     except KeyboardInterrupt:
-        proc.wait()
+        try:
+            proc.wait(timeout=STAGE_STOP_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
         raise
     reader.join(timeout=5)
     if code != 0:
@@ -93,6 +101,29 @@ def run_stage(args: list[str], sink: EventSink) -> list[Event]:
         said = failed or next((ln.strip() for ln in reversed(stderr_tail) if ln.strip()), f"exit code {code}")
         raise ApplianceError(f"`appliance {args[0]}` failed: {said}")
     return events
+
+
+@contextmanager
+def _stage_ends_with_us(proc: subprocess.Popen) -> Iterator[None]:
+    """`kill` (SIGTERM) of `appliance run` ends its running stage too, which would otherwise train on unseen.
+
+    The stage gets what Ctrl-C would give it (SIGINT: it stores what finished and exits); Ctrl-C itself
+    needs no help, the child being in our process group. Signal handlers can only be set from the main
+    thread; elsewhere (the cockpit runs the pipeline in a worker thread) this does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def end_stage(signum: int, frame: Any) -> None:
+        proc.send_signal(signal.SIGINT)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, end_stage)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _last(events: list[Event], kind: type) -> Any:

@@ -27,3 +27,42 @@ def test_quick_pipeline_runs_every_stage_and_stores_the_decision(tiny_model_dir,
     assert evals[0][0] == 5  # baseline, SFT and GRPO held-out checks, two BFCL gate evals (the rest reused)
     _, decision = ws.query("SELECT status, note FROM checkpoints WHERE status IN ('promoted', 'refused')")
     assert decision and "held-out success" in decision[0][1]
+
+
+def test_killing_the_pipeline_ends_its_running_stage(tmp_path):
+    """SIGTERM to `appliance run` reaches the stage child (as SIGINT), which would otherwise run on unseen."""
+    import os
+    import signal
+    import textwrap
+    import time
+
+    pid_file = tmp_path / "stage.pid"
+    stage = tmp_path / "stage.sh"  # stands in for `python -m appliance train ...`: a long stage
+    stage.write_text(f"#!/bin/sh\necho $$ > {pid_file}\nexec sleep 600\n")
+    stage.chmod(0o755)
+    script = tmp_path / "pipeline.py"
+    script.write_text(textwrap.dedent(f"""
+        import sys
+        from appliance import pipeline
+        sys.executable = {str(stage)!r}
+        try:
+            pipeline.run_stage(["train"], lambda event: None)
+        except KeyboardInterrupt:
+            sys.exit(130)
+    """))
+    parent = subprocess.Popen([sys.executable, str(script)])
+    deadline = time.monotonic() + 60
+    while not (pid_file.exists() and pid_file.read_text().strip()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    child = int(pid_file.read_text())
+    parent.send_signal(signal.SIGTERM)
+    assert parent.wait(timeout=60) == 130
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    os.kill(child, signal.SIGKILL)
+    raise AssertionError("the stage child outlived the pipeline")
