@@ -11,10 +11,13 @@ import argparse
 import codecs
 import math
 import os
+import signal
 import sys
+import threading
 import traceback
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 from appliance.errors import ApplianceError
 
@@ -376,6 +379,24 @@ def _handler(command: str) -> Callable[[argparse.Namespace], int]:
     return getattr(commands, f"cmd_{command}")
 
 
+@contextmanager
+def _terminate_as_interrupt(enabled: bool) -> Iterator[None]:
+    """`kill` (SIGTERM) ends a command the way Ctrl-C does: what finished is stored, the run is marked
+    interrupted, and `appliance run` hands it on to its running stage. Main thread only (signal's rule)."""
+    if not enabled or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     # Before torch loads: OpenMP's default spin-waiting makes 2 threads on a shared 2-core machine
     # 5-20x slower (measured in bench/bench_generate.py); passive waiting removes that cliff.
@@ -389,7 +410,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.print_help()
             return 0
     try:
-        return int(_handler(args.command)(args) or 0)
+        with _terminate_as_interrupt(args.command != "ui"):  # Textual keeps its own signal handling
+            return int(_handler(args.command)(args) or 0)
     except ApplianceError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_USER_ERROR

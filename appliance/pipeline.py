@@ -107,16 +107,17 @@ def run_stage(args: list[str], sink: EventSink) -> list[Event]:
 def _stage_ends_with_us(proc: subprocess.Popen) -> Iterator[None]:
     """`kill` (SIGTERM) of `appliance run` ends its running stage too, which would otherwise train on unseen.
 
-    The stage gets what Ctrl-C would give it (SIGINT: it stores what finished and exits); Ctrl-C itself
-    needs no help, the child being in our process group. Signal handlers can only be set from the main
-    thread; elsewhere (the cockpit runs the pipeline in a worker thread) this does nothing.
+    The stage gets the SIGTERM, which every `appliance` command takes as Ctrl-C (appliance.cli: it stores
+    what finished and exits); Ctrl-C itself needs no help, the child being in our process group. Signal
+    handlers can only be set from the main thread; elsewhere (the cockpit runs the pipeline in a worker
+    thread) this does nothing.
     """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def end_stage(signum: int, frame: Any) -> None:
-        proc.send_signal(signal.SIGINT)
+        proc.terminate()
         raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGTERM, end_stage)

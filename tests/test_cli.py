@@ -88,3 +88,29 @@ def test_progress_bar_draws_its_first_state_once(capsys):
     sink(Log(message="done"))
     err = capsys.readouterr().err
     assert err.count("16/120") == 1 and err.count("32/120") == 1
+
+
+def test_kill_ends_a_command_like_ctrl_c(tmp_path):
+    """SIGTERM is taken as Ctrl-C: the command's KeyboardInterrupt path runs (stores what finished), exit 130."""
+    import signal
+    import textwrap
+    import time
+
+    started = tmp_path / "started"
+    script = tmp_path / "long_command.py"
+    script.write_text(textwrap.dedent(f"""
+        import pathlib, sys, time
+        from appliance import cli, commands
+        def long_doctor(args):
+            pathlib.Path({str(started)!r}).write_text("1")
+            time.sleep(600)
+        commands.cmd_doctor = long_doctor
+        sys.exit(cli.main(["doctor"]))
+    """))
+    proc = subprocess.Popen([sys.executable, str(script)], stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not started.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "interrupted: finished work was kept." in err

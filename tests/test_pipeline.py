@@ -30,7 +30,7 @@ def test_quick_pipeline_runs_every_stage_and_stores_the_decision(tiny_model_dir,
 
 
 def test_killing_the_pipeline_ends_its_running_stage(tmp_path):
-    """SIGTERM to `appliance run` reaches the stage child (as SIGINT), which would otherwise run on unseen."""
+    """SIGTERM to `appliance run` reaches the stage child, which would otherwise run on unseen."""
     import os
     import signal
     import textwrap
