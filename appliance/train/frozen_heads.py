@@ -94,7 +94,7 @@ class FrozenHeadCache:
         return 0
 
     # ------------------------------------------------------------------ forward
-    def forward(self, input_ids: Any, plan: list[tuple[int, int, int]]) -> Any:
+    def forward(self, input_ids: Any, position_ids: Any, plan: list[tuple[int, int, int]]) -> Any:
         """The backbone's last hidden state for the planned rows, heads taken from the cache."""
         import torch
         from transformers.modeling_outputs import BaseModelOutputWithPast
@@ -109,38 +109,40 @@ class FrozenHeadCache:
         width, tail = max(sizes), max(length - size for (_, length, _), size in zip(plan, sizes))
         head_real, tail_ids, tail_real, tail_pos = self._layout(input_ids, plan, sizes, width, tail)
 
-        # Lower layers: the tails only, after their heads' cached keys and values.
+        # Lower layers: the tails only, after their heads' cached keys and values. Nothing below the first
+        # adapted layer trains, so no graph is needed here.
         from transformers import DynamicCache
 
-        cache = DynamicCache(config=self.backbone.config)
-        for layer in range(self.split):
-            cache.update(self._stacked(heads, sizes, width, lambda h: h.keys[layer]),
-                         self._stacked(heads, sizes, width, lambda h: h.values[layer]), layer)
-        hidden = self.backbone.embed_tokens(tail_ids)
-        key_real = torch.cat([head_real, tail_real], dim=1)
-        lower_mask = _attention_mask(key_real, query_start=width)
-        rope = self.backbone.rotary_emb(hidden, position_ids=tail_pos)
-        for layer in self.backbone.layers[:self.split]:
-            hidden = layer(hidden, attention_mask=lower_mask, position_ids=tail_pos, past_key_values=cache,
-                           use_cache=True, position_embeddings=rope)
+        with torch.no_grad():
+            cache = DynamicCache(config=self.backbone.config)
+            for layer in range(self.split):
+                cache.update(self._stacked(heads, sizes, width, lambda h: h.keys[layer]),
+                             self._stacked(heads, sizes, width, lambda h: h.values[layer]), layer)
+            hidden = self.backbone.embed_tokens(tail_ids)
+            lower_mask = _attention_mask(torch.cat([head_real, tail_real], dim=1), query_start=width)
+            rope = self.backbone.rotary_emb(hidden, position_ids=tail_pos)
+            for layer in self.backbone.layers[:self.split]:
+                hidden = layer(hidden, attention_mask=lower_mask, position_ids=tail_pos, past_key_values=cache,
+                               use_cache=True, position_embeddings=rope)
+            # Back in the caller's layout (so the adapted layers do exactly the plain forward's work): each
+            # row's head hidden states from the cache, then its tail's.
+            full = hidden.new_zeros((rows, total, hidden.shape[-1]))
+            real = torch.zeros((rows, total), dtype=torch.bool, device=device)
+            for row, ((start, length, _), head, size) in enumerate(zip(plan, heads, sizes)):
+                if head is not None:
+                    full[row, start:start + size] = head.hidden[0].to(hidden.dtype)
+                full[row, start + size:start + length] = hidden[row, :length - size]
+                real[row, start:start + length] = True
 
-        # Adapted layers: the whole sequence (cached head hidden states, then the tails), no cache.
-        head_hidden = self._stacked(heads, sizes, width, lambda h: h.hidden, dim=1).to(hidden.dtype)
-        hidden = torch.cat([head_hidden, hidden], dim=1)
-        positions = torch.cat([_head_positions(sizes, width, device), tail_pos], dim=1)
-        full_mask = _attention_mask(key_real, query_start=0)
-        rope = self.backbone.rotary_emb(hidden, position_ids=positions)
+        # Adapted layers: the whole sequence, positions as the plain forward numbers them, no cache.
+        positions = position_ids if position_ids is not None else torch.arange(total, device=device).unsqueeze(0)
+        full_mask = _attention_mask(real, query_start=0)
+        rope = self.backbone.rotary_emb(full, position_ids=positions)
+        hidden = full
         for layer in self.backbone.layers[self.split:]:
             hidden = layer(hidden, attention_mask=full_mask, position_ids=positions, past_key_values=None,
                            use_cache=False, position_embeddings=rope)
-        hidden = self.backbone.norm(hidden)
-
-        # Back to the caller's layout: real column t of a row is its head's column t - start, or its tail's
-        # column t - start - head; padding columns take any column (nothing reads them).
-        own = torch.arange(total, device=device).unsqueeze(0) - torch.tensor([s for s, _, _ in plan], device=device).unsqueeze(1)
-        size = torch.tensor(sizes, device=device).unsqueeze(1)
-        index = torch.where(own < size, width - size + own, width + own - size).clamp(min=0, max=width + tail - 1)
-        last = hidden.gather(1, index.unsqueeze(-1).expand(-1, -1, hidden.shape[-1]))
+        last = self.backbone.norm(hidden)
         self.stats.forwards += 1
         self.stats.rows_from_cache += sum(1 for s in sizes if s)
         self.stats.tokens_skipped += sum(sizes)
@@ -215,14 +217,6 @@ def _attention_mask(key_real: Any, query_start: int) -> Any:
     return allowed.unsqueeze(1)
 
 
-def _head_positions(sizes: list[int], width: int, device: Any) -> Any:
-    """Position ids of right-aligned heads: each counts from 0 at its first token (padding: 0)."""
-    import torch
-
-    columns = torch.arange(width, device=device).unsqueeze(0)
-    return (columns - (width - torch.tensor(sizes, device=device).unsqueeze(1))).clamp(min=0)
-
-
 # ---------------------------------------------------------------------- installing
 def first_trained_layer(backbone: Any) -> int:
     """Index of the first decoder layer with a trainable parameter (len(layers) if none)."""
@@ -277,7 +271,7 @@ def install_frozen_heads(model: Any, prompts: list[list[int]]) -> FrozenHeadCach
         chosen = cache.plan(input_ids, kwargs.get("attention_mask"), kwargs.get("position_ids")) if fast else None
         if chosen is None:
             return original(*args, **kwargs)
-        return cache.forward(input_ids, chosen)
+        return cache.forward(input_ids, kwargs.get("position_ids"), chosen)
 
     backbone.forward = forward
     backbone._frozen_heads = cache
