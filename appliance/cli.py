@@ -11,15 +11,14 @@ import argparse
 import codecs
 import math
 import os
-import signal
 import sys
-import threading
 import traceback
-from contextlib import contextmanager
+from contextlib import nullcontext
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Sequence
 
 from appliance.errors import ApplianceError
+from appliance.interrupts import sigterm_as_interrupt
 
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130
@@ -379,24 +378,6 @@ def _handler(command: str) -> Callable[[argparse.Namespace], int]:
     return getattr(commands, f"cmd_{command}")
 
 
-@contextmanager
-def _terminate_as_interrupt(enabled: bool) -> Iterator[None]:
-    """`kill` (SIGTERM) ends a command the way Ctrl-C does: what finished is stored, the run is marked
-    interrupted, and `appliance run` hands it on to its running stage. Main thread only (signal's rule)."""
-    if not enabled or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def interrupt(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     # Before torch loads: OpenMP's default spin-waiting makes 2 threads on a shared 2-core machine
     # 5-20x slower (measured in bench/bench_generate.py); passive waiting removes that cliff.
@@ -410,7 +391,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.print_help()
             return 0
     try:
-        with _terminate_as_interrupt(args.command != "ui"):  # Textual keeps its own signal handling
+        # `kill` ends a command as Ctrl-C does: what finished is stored, the run is marked interrupted, and
+        # `appliance run` hands it on to its running stage. Textual keeps its own signal handling.
+        with sigterm_as_interrupt() if args.command != "ui" else nullcontext():
             return int(_handler(args.command)(args) or 0)
     except ApplianceError as err:
         print(f"error: {err}", file=sys.stderr)

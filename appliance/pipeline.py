@@ -12,17 +12,16 @@ crash ends one stage with a clear error, and the memory is freed between stages.
 """
 from __future__ import annotations
 
-import signal
 import subprocess
 import sys
 import threading
 import time
 from collections import deque
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 from appliance.errors import ApplianceError
+from appliance.interrupts import sigterm_as_interrupt
 from appliance.events import (Event, EventSink, EvalFinished, RunFailed, RunFinished, RunStarted, null_sink,
                               parse_event)
 
@@ -81,7 +80,9 @@ def run_stage(args: list[str], sink: EventSink) -> list[Event]:
     reader.start()
     events: list[Event] = []
     try:
-        with _stage_ends_with_us(proc):
+        # `kill` (SIGTERM) of `appliance run` ends its running stage too, which would otherwise train on
+        # unseen: the stage takes the SIGTERM as Ctrl-C (appliance.cli) and stores what finished.
+        with sigterm_as_interrupt(proc.terminate):
             for line in proc.stdout:
                 event = parse_event(line)
                 if event is not None:
@@ -101,30 +102,6 @@ def run_stage(args: list[str], sink: EventSink) -> list[Event]:
         said = failed or next((ln.strip() for ln in reversed(stderr_tail) if ln.strip()), f"exit code {code}")
         raise ApplianceError(f"`appliance {args[0]}` failed: {said}")
     return events
-
-
-@contextmanager
-def _stage_ends_with_us(proc: subprocess.Popen) -> Iterator[None]:
-    """`kill` (SIGTERM) of `appliance run` ends its running stage too, which would otherwise train on unseen.
-
-    The stage gets the SIGTERM, which every `appliance` command takes as Ctrl-C (appliance.cli: it stores
-    what finished and exits); Ctrl-C itself needs no help, the child being in our process group. Signal
-    handlers can only be set from the main thread; elsewhere (the cockpit runs the pipeline in a worker
-    thread) this does nothing.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def end_stage(signum: int, frame: Any) -> None:
-        proc.terminate()
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, end_stage)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def _last(events: list[Event], kind: type) -> Any:
