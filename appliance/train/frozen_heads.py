@@ -32,7 +32,7 @@ _OFF_SWITCHES = {"output_attentions", "output_hidden_states"}
 
 @dataclass
 class _Head:
-    tokens: Any  # (length,) token ids
+    tokens: list[int]
     keys: list[Any] = field(default_factory=list)  # per lower layer: (1, kv_heads, length, head_dim)
     values: list[Any] = field(default_factory=list)
     hidden: Any = None  # (1, length, hidden): the input of the first adapted layer
@@ -55,8 +55,9 @@ class FrozenHeadCache:
         self.stats = HeadStats()
 
     # ------------------------------------------------------------------ plan
-    def plan(self, input_ids: Any, attention_mask: Any, position_ids: Any) -> list[tuple[int, int, int]] | None:
-        """Per row (first real column, real length, head index + 1 or 0), or None when the fast path does not apply.
+    def plan(self, input_ids: Any, attention_mask: Any, position_ids: Any) -> tuple[list[tuple[int, int, int]], Any] | None:
+        """(per row (first real column, real length, head index + 1 or 0), the real-token mask), or None when
+        the fast path does not apply.
 
         Each row's real tokens must be one run (left and/or right padding, as TRL's SFT and GRPO batches are),
         numbered consecutively if position ids are given: RoPE scores depend only on distances, so a row
@@ -82,20 +83,19 @@ class FrozenHeadCache:
         plan = []
         for row in range(rows):
             start, length = int(starts[row]), int(lengths[row])
-            plan.append((start, length, self._head_for(input_ids[row, start:start + length], length)))
-        return plan if any(head for _, _, head in plan) else None
+            plan.append((start, length, self._head_for(input_ids[row, start:start + length].tolist())))
+        return (plan, real) if any(head for _, _, head in plan) else None
 
-    def _head_for(self, row: Any, length: int) -> int:
+    def _head_for(self, tokens: list[int]) -> int:
         """The index + 1 of the longest registered head that leaves at least one own token (0: none)."""
         for index, head in enumerate(self.heads):
-            size = len(head.tokens)
-            if size < length and row[:size].tolist() == head.tokens:
+            if len(head.tokens) < len(tokens) and tokens[:len(head.tokens)] == head.tokens:
                 return index + 1
         return 0
 
     # ------------------------------------------------------------------ forward
-    def forward(self, input_ids: Any, position_ids: Any, plan: list[tuple[int, int, int]]) -> Any:
-        """The backbone's last hidden state for the planned rows, heads taken from the cache."""
+    def forward(self, input_ids: Any, position_ids: Any, plan: list[tuple[int, int, int]], real: Any) -> Any:
+        """The backbone's last hidden state for the planned rows (`real`: their real-token mask), heads from the cache."""
         import torch
         from transformers.modeling_outputs import BaseModelOutputWithPast
 
@@ -127,12 +127,10 @@ class FrozenHeadCache:
             # Back in the caller's layout (so the adapted layers do exactly the plain forward's work): each
             # row's head hidden states from the cache, then its tail's.
             full = hidden.new_zeros((rows, total, hidden.shape[-1]))
-            real = torch.zeros((rows, total), dtype=torch.bool, device=device)
             for row, ((start, length, _), head, size) in enumerate(zip(plan, heads, sizes)):
                 if head is not None:
                     full[row, start:start + size] = head.hidden[0].to(hidden.dtype)
                 full[row, start + size:start + length] = hidden[row, :length - size]
-                real[row, start:start + length] = True
 
         # Adapted layers: the whole sequence, positions as the plain forward numbers them, no cache.
         positions = position_ids if position_ids is not None else torch.arange(total, device=device).unsqueeze(0)
@@ -167,18 +165,13 @@ class FrozenHeadCache:
         return head_real, tail_ids, tail_real, tail_pos
 
     @staticmethod
-    def _stacked(heads: list[_Head | None], sizes: list[int], width: int, part: Callable[[_Head], Any],
-                 dim: int = 2) -> Any:
-        """One tensor per row, each head's part right-aligned in `width` positions along `dim`, zeros before."""
-        import torch
-
+    def _stacked(heads: list[_Head | None], sizes: list[int], width: int, part: Callable[[_Head], Any]) -> Any:
+        """(rows, kv_heads, width, head_dim): each row's head keys or values right-aligned, zeros before."""
         like = part(next(head for head in heads if head is not None))
-        shape = list(like.shape)
-        shape[0], shape[dim] = len(heads), width
-        out = like.new_zeros(shape)
+        out = like.new_zeros((len(heads), like.shape[1], width, like.shape[3]))
         for row, (head, size) in enumerate(zip(heads, sizes)):
             if head is not None:
-                out.narrow(0, row, 1).narrow(dim, width - size, size).copy_(part(head))
+                out[row, :, width - size:] = part(head)[0]
         return out
 
     def _prefill(self, head: _Head) -> None:
@@ -241,6 +234,21 @@ def _supported(backbone: Any) -> bool:
     return getattr(config, "_attn_implementation", None) in ("sdpa", "appliance_grouped_sdpa")
 
 
+def _a_training_forward(args: tuple, kwargs: dict[str, Any]) -> bool:
+    """A forward the fast path covers: token ids in, a graph built, no cache, no extra outputs.
+
+    Only forwards that build a graph: heads cached under inference mode could not be saved for backward.
+    """
+    import torch
+
+    input_ids = kwargs.get("input_ids", args[0] if args else None)
+    outputs_off = all(not kwargs.get(name) for name in _OFF_SWITCHES) and kwargs.get("return_dict") is not False
+    return (torch.is_grad_enabled() and len(args) <= 1 and input_ids is not None and outputs_off
+            and set(kwargs) <= _HANDLED_KWARGS | _OFF_SWITCHES | {"return_dict"}
+            and kwargs.get("past_key_values") is None and kwargs.get("inputs_embeds") is None
+            and not kwargs.get("use_cache"))
+
+
 def install_frozen_heads(model: Any, prompts: list[list[int]]) -> FrozenHeadCache | None:
     """Patch `model`'s backbone so training forwards reuse the heads `prompts` share; None if not applicable.
 
@@ -254,24 +262,17 @@ def install_frozen_heads(model: Any, prompts: list[list[int]]) -> FrozenHeadCach
     heads = shared_heads(prompts)
     if split == 0 or split >= len(backbone.layers) or not heads:
         return None
-    import torch
-
     cache = FrozenHeadCache(backbone, split, heads)
     original = backbone.forward
 
     @functools.wraps(original)
     def forward(*args: Any, **kwargs: Any) -> Any:
         input_ids = kwargs.get("input_ids", args[0] if args else None)
-        switches_off = all(not kwargs.get(name) for name in _OFF_SWITCHES) and kwargs.get("return_dict") is not False
-        # Only forwards that build a graph: heads cached under inference mode could not be saved for backward.
-        fast = (torch.is_grad_enabled() and len(args) <= 1 and input_ids is not None and switches_off
-                and set(kwargs) <= _HANDLED_KWARGS | _OFF_SWITCHES | {"return_dict"}
-                and kwargs.get("past_key_values") is None and kwargs.get("inputs_embeds") is None
-                and not kwargs.get("use_cache"))
-        chosen = cache.plan(input_ids, kwargs.get("attention_mask"), kwargs.get("position_ids")) if fast else None
-        if chosen is None:
+        planned = cache.plan(input_ids, kwargs.get("attention_mask"), kwargs.get("position_ids")) \
+            if _a_training_forward(args, kwargs) else None
+        if planned is None:
             return original(*args, **kwargs)
-        return cache.forward(input_ids, kwargs.get("position_ids"), chosen)
+        return cache.forward(input_ids, kwargs.get("position_ids"), *planned)
 
     backbone.forward = forward
     backbone._frozen_heads = cache
