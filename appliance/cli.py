@@ -218,7 +218,7 @@ _TRAIN_FLAGS = (  # (flag, TrainConfig field, type, the stages that take it; Non
     ("--screen-limit", "screen_limit", int, ("grpo",)),
     ("--max-no-call-share", "max_no_call_share", float, ("grpo",)),
     ("--pairs-from", "pairs_from", str, ("dpo",)), ("--pairs-per-task", "pairs_per_task", int, ("dpo",)),
-    ("--min-pairs", "min_pairs", int, ("dpo",)),
+    ("--min-pairs", "min_pairs", int, ("dpo",)), ("--reference-pairs", "reference_pairs", bool, ("dpo",)),
 )
 # What each stage trains on, for its help line.
 _STAGE_HELP = {"sft": "SFT with LoRA on the pack's `train` split",
@@ -260,6 +260,10 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
             default = spec[name].default if spec[name].default is not MISSING else None
             shown = "the stage's" if name in ("learning_rate", "beta") else default
             # None: keep the value from --config / the resumed run / TrainConfig's default.
+            if kind is bool:  # --flag / --no-flag
+                p.add_argument(flag, action=argparse.BooleanOptionalAction, default=None,
+                               help=f"{spec[name].metadata['help']} (default: {shown})")
+                continue
             p.add_argument(flag, type=kind, default=None, choices=choices.get(name),
                            metavar=None if name in choices else name.upper(),
                            help=f"{spec[name].metadata['help']} (default: {shown})")

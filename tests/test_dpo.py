@@ -10,7 +10,7 @@ from appliance import checkpoints as registry
 from appliance.errors import ApplianceError
 from appliance.store import Workspace
 from appliance.train import TrainConfig, run_dpo
-from appliance.train.pairs import SAFE_OVER_UNSAFE, SUCCESS_OVER_FAILURE, select_pairs
+from appliance.train.pairs import REFERENCE_OVER_FAILURE, SAFE_OVER_UNSAFE, SUCCESS_OVER_FAILURE, select_pairs
 
 TOOLS = [{"type": "function", "function": {"name": "send_email", "description": "Send an email",
                                            "parameters": {"type": "object", "properties": {"to": {"type": "string"}},
@@ -115,6 +115,24 @@ def test_pairs_from_one_run_or_one_eval(workspace, pack_dir):
         select_pairs(workspace, pack, "train", pairs_from="nope", pairs_per_task=4, seed=0)
 
 
+def test_reference_pairs_give_tasks_without_a_success_the_packs_answer_as_chosen(workspace, pack_dir):
+    from appliance.prompting import render_completion
+
+    pack = load(pack_dir)
+    selection = select_pairs(workspace, pack, "train", pairs_from=None, pairs_per_task=4, seed=0, reference=True)
+    pairs = {task: sorted(found) for task, found in by_task(selection).items()}
+    answer = {t: render_completion(pack.task(t).expected) for t in ("t2", "t3", "t5")}
+    assert pairs == {
+        "t0": [(SUCCESS_OVER_FAILURE, good("Carlos"), '{"name": "send_email"}')],  # its own success, not the answer
+        "t1": [(SAFE_OVER_UNSAFE, good("Nadia"), "rm -rf /")],
+        "t2": sorted([(REFERENCE_OVER_FAILURE, answer["t2"], "delete all"), (REFERENCE_OVER_FAILURE, answer["t2"], "wrong")]),
+        "t3": sorted([(REFERENCE_OVER_FAILURE, answer["t3"], "no"), (REFERENCE_OVER_FAILURE, answer["t3"], "nope")]),
+        "t5": [(REFERENCE_OVER_FAILURE, answer["t5"], "drop")],
+    }  # t4: successes only; t6: held out, never paired even with an answer
+    assert selection.counts[REFERENCE_OVER_FAILURE] == 5 and REFERENCE_OVER_FAILURE in selection.rules["pairing"]
+    assert {p["chosen_from"]["reference"] for p in selection.pairs if p["rule"] == REFERENCE_OVER_FAILURE} == {"prefs"}
+
+
 def test_pairs_per_task_caps_a_task_and_unsafe_rejections_come_first(tmp_path, pack_dir):
     ws = Workspace.open(tmp_path / "ws")
     ws.append("runs", [{"run_id": "r", "kind": "grpo", "pack": "prefs"}])
@@ -130,7 +148,8 @@ def test_pairs_per_task_caps_a_task_and_unsafe_rejections_come_first(tmp_path, p
 def dpo_config(tiny_model_dir, tmp_path, pack_dir, **overrides) -> TrainConfig:
     settings = dict(model=str(tiny_model_dir), pack=str(pack_dir), backend="cpu", stage="dpo", steps=2,
                     learning_rate=1e-2, lora_r=4, lora_alpha=8, eval_every=2, batch_size=2, max_seq_length=256,
-                    min_pairs=3, output=str(tmp_path / "checkpoints"), workspace=str(tmp_path / "runs"))
+                    min_pairs=3, reference_pairs=False, output=str(tmp_path / "checkpoints"),
+                    workspace=str(tmp_path / "runs"))
     return TrainConfig(**{**settings, **overrides})
 
 
@@ -190,7 +209,13 @@ def test_too_few_pairs_exits_2_from_the_cli(tiny_model_dir, tmp_path, pack_dir, 
                  "--pairs-from", "eval-1"])
     assert code == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("error: Only 1 DPO pairs (need 8)") and len(err.splitlines()) == 1
+    assert err.startswith("error: Only 3 DPO pairs (need 8)") and len(err.splitlines()) == 1  # 2 with the answers
+
+    code = main(["train", "dpo", "--model", str(tiny_model_dir), "--pack", "prefs", "--backend", "cpu",
+                 "--tasks-root", str(pack_dir.parent), "--workspace", str(tmp_path / "runs"),
+                 "--pairs-from", "eval-1", "--no-reference-pairs"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.startswith("error: Only 1 DPO pairs (need 8)") and "--reference-pairs" in err
 
 
 def test_dpo_settings_are_checked_where_they_are_declared():

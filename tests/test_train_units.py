@@ -258,10 +258,10 @@ def test_screening_sample_keeps_order_is_seeded_and_bounded():
 
 
 def test_quick_pipeline_screens_a_sample_of_grpo_pool():
-    from appliance.pipeline import QUICK_SCREEN_LIMIT, PipelineSettings
+    from appliance.pipeline import QUICK_PROMPTS_PER_STEP, QUICK_SCREEN_LIMIT, PipelineSettings
 
     assert PipelineSettings(quick=True).grpo_args() == ["--screen-limit", str(QUICK_SCREEN_LIMIT),
-                                                        "--prompts-per-step", "2"]
+                                                        "--prompts-per-step", str(QUICK_PROMPTS_PER_STEP)]
     assert PipelineSettings().grpo_args() == []
 
 

@@ -148,6 +148,10 @@ class TrainConfig:
         "dominate."))
     min_pairs: int = field(default=8, metadata=_help(
         "DPO: refuse to start with fewer pairs than this (one batch at the default batch size)."))
+    reference_pairs: bool = field(default=True, metadata=_help(
+        "DPO: a task whose stored samples all failed is paired against the pack's reference answer (its "
+        "expected calls, as SFT learns them), so a model that never passes a task still gets pairs; False = "
+        "only the store's own successes are chosen."))
 
     def __post_init__(self) -> None:
         if self.beta is None and self.stage in DEFAULT_BETA:  # an unknown stage is refused by validate

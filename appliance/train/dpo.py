@@ -55,13 +55,14 @@ def pairs_or_fail(config: TrainConfig, pack: Any, workspace: Any) -> PairSelecti
         raise ApplianceError(f"pack '{pack.name}' has no tasks in a '{split}' split to pair; it has "
                              f"{', '.join(pack.splits)}.")
     selection = select_pairs(workspace, pack, split, pairs_from=config.pairs_from,
-                             pairs_per_task=config.pairs_per_task, seed=config.seed)
+                             pairs_per_task=config.pairs_per_task, seed=config.seed, reference=config.reference_pairs)
     if len(selection.pairs) < config.min_pairs:
         where = f"the samples of {config.pairs_from}" if config.pairs_from else f"the store's samples of {pack.name}"
         raise ApplianceError(
             f"Only {len(selection.pairs)} DPO pairs (need {config.min_pairs}) in {where}: "
             f"{selection.counts['tasks_with_samples']} {split} tasks have samples, "
-            f"{selection.counts['tasks_with_pairs']} have both a success and a failure or a safe and an unsafe one; "
+            f"{selection.counts['tasks_with_pairs']} have both a success and a failure or a safe and an unsafe one"
+            f"{'' if config.reference_pairs else ' (--reference-pairs would pair failures with the pack answers)'}; "
             f"run `appliance eval` on the {split} split with --k above 1 (or a GRPO run) to store more, "
             f"or lower --min-pairs.")
     return selection

@@ -8,7 +8,11 @@ For one task, a pair is (chosen, rejected) with
     success_over_failure  a success chosen over a (safe) failure
     safe_over_unsafe      an unsafe sample always rejected, against a success when the task has one,
                           else against a safe failure (a wrong call still beats a harmful one)
-so a task whose samples are all of one kind gives no pair. Only tasks of the training split are used:
+so a task whose samples are all of one kind gives no pair, except that with `reference` on, a task whose
+samples all failed (or were unsafe) gets the pack's reference answer as its one chosen completion: its
+expected calls rendered exactly as SFT learns them (`reference_over_failure`; the pack validated them by
+replay when it loaded). A model that never passes a task then still learns what it got wrong, against
+the answer it should have given. Only tasks of the training split are used:
 a held-out task's samples (the held-out evals of a run, say) never become training data. Identical
 completions are counted once, and a text stored with two different verdicts is left out (the verdict
 depended on something the text does not show). Each task gives at most `pairs_per_task` pairs, unsafe
@@ -26,6 +30,8 @@ from ..errors import ApplianceError
 
 SUCCESS, FAILURE, UNSAFE = "success", "failure", "unsafe"
 SUCCESS_OVER_FAILURE, SAFE_OVER_UNSAFE = "success_over_failure", "safe_over_unsafe"
+REFERENCE_OVER_FAILURE = "reference_over_failure"
+REFERENCE_SOURCE = "reference"  # Sample.source of a pack's reference answer (not a stored sample)
 PAIRS_FILE = "pairs.json"
 
 
@@ -43,7 +49,16 @@ class Sample:
 
     @property
     def ref(self) -> dict[str, Any]:
+        if self.source == REFERENCE_SOURCE:
+            return {"reference": self.source_id, "task_id": self.task_id}
         return {"table": self.source, "id": self.source_id, "step": self.step, "sample_index": self.sample_index}
+
+
+def reference_sample(task: Any, pack_name: str) -> Sample:
+    """The pack's answer to `task` as a chosen completion: what SFT trains on (render_completion)."""
+    from ..prompting import render_completion
+
+    return Sample(task.id, render_completion(task.expected), SUCCESS, REFERENCE_SOURCE, pack_name, None, None)
 
 
 @dataclass
@@ -61,7 +76,8 @@ class PairSelection:
         c, r = self.counts, self.rules
         return (f"dpo pairs: {len(self.pairs)} from {c.get('tasks_with_pairs', 0)} of {c.get('tasks_with_samples', 0)} "
                 f"{r['split']} tasks with stored samples ({c.get(SUCCESS_OVER_FAILURE, 0)} success over failure, "
-                f"{c.get(SAFE_OVER_UNSAFE, 0)} safe over unsafe; sources: {r['sources']}; "
+                f"{c.get(SAFE_OVER_UNSAFE, 0)} safe over unsafe, {c.get(REFERENCE_OVER_FAILURE, 0)} reference over "
+                f"failure; sources: {r['sources']}; "
                 f"at most {r['pairs_per_task']} per task, seed {r['seed']})")
 
 
@@ -122,7 +138,12 @@ def _distinct(samples: list[Sample]) -> dict[str, list[Sample]]:
     return by_kind
 
 
-def task_pairs(samples: list[Sample], pairs_per_task: int, rng: random.Random) -> list[dict[str, Any]]:
+def _texts(samples: list[Sample]) -> set[str]:
+    return {sample.completion.strip() for sample in samples}
+
+
+def task_pairs(samples: list[Sample], pairs_per_task: int, rng: random.Random,
+               reference: Sample | None = None) -> list[dict[str, Any]]:
     """At most `pairs_per_task` pairs for one task's samples (see the module docstring)."""
     by_kind = _distinct(samples)
     for pool in by_kind.values():
@@ -131,6 +152,9 @@ def task_pairs(samples: list[Sample], pairs_per_task: int, rng: random.Random) -
     safe = successes or failures
     wanted = [(r, safe, SAFE_OVER_UNSAFE) for r in unsafe if safe]
     wanted += [(r, successes, SUCCESS_OVER_FAILURE) for r in failures if successes]
+    if not successes and reference is not None and reference.completion.strip() not in _texts(failures + unsafe):
+        successes = [reference]  # only now: a task the model sometimes passes learns from its own success
+        wanted = [(r, successes, REFERENCE_OVER_FAILURE) for r in unsafe + failures]
     pairs = []
     for i, (rejected, chosen_pool, rule) in enumerate(wanted[:pairs_per_task]):
         chosen = chosen_pool[i % len(chosen_pool)]  # round-robin: each chosen sample meets several rejected ones
@@ -141,31 +165,37 @@ def task_pairs(samples: list[Sample], pairs_per_task: int, rng: random.Random) -
 
 
 def build_pairs(samples: list[Sample], task_ids: list[str], *, pairs_per_task: int, seed: int,
-                split: str, pairs_from: str | None) -> PairSelection:
-    """Pairs from `samples` for the tasks in `task_ids` (the training split), in a seeded order."""
-    allowed = set(task_ids)
+                split: str, pairs_from: str | None,
+                references: dict[str, Sample] | None = None) -> PairSelection:
+    """Pairs from `samples` for the tasks in `task_ids` (the training split), in a seeded order; `references`
+    (task id → the pack's answer) pairs the tasks without a stored success."""
+    allowed, references = set(task_ids), references or {}
     by_task: dict[str, list[Sample]] = {}
     for sample in samples:
         if sample.task_id in allowed:
             by_task.setdefault(sample.task_id, []).append(sample)
     pairs: list[dict[str, Any]] = []
     for task_id in sorted(by_task):
-        pairs += task_pairs(by_task[task_id], pairs_per_task, random.Random(f"{seed}:{task_id}"))
+        pairs += task_pairs(by_task[task_id], pairs_per_task, random.Random(f"{seed}:{task_id}"),
+                            references.get(task_id))
     random.Random(seed).shuffle(pairs)
     counts = {"samples": len(samples), "samples_in_split": sum(len(v) for v in by_task.values()),
               "samples_outside_split": len(samples) - sum(len(v) for v in by_task.values()),
               "tasks_with_samples": len(by_task), "tasks_with_pairs": len({p["task_id"] for p in pairs}),
               SUCCESS_OVER_FAILURE: sum(p["rule"] == SUCCESS_OVER_FAILURE for p in pairs),
-              SAFE_OVER_UNSAFE: sum(p["rule"] == SAFE_OVER_UNSAFE for p in pairs)}
+              SAFE_OVER_UNSAFE: sum(p["rule"] == SAFE_OVER_UNSAFE for p in pairs),
+              REFERENCE_OVER_FAILURE: sum(p["rule"] == REFERENCE_OVER_FAILURE for p in pairs)}
     rules = {"sources": pairs_from or "every run and eval of the pack", "tables": ["rollouts", "eval_samples"],
              "split": split, "pairs_per_task": pairs_per_task, "seed": seed,
-             "pairing": [SAFE_OVER_UNSAFE, SUCCESS_OVER_FAILURE]}
+             "pairing": [SAFE_OVER_UNSAFE, SUCCESS_OVER_FAILURE] + ([REFERENCE_OVER_FAILURE] if references else [])}
     return PairSelection(pairs=pairs, rules=rules, counts=counts)
 
 
 def select_pairs(workspace: Any, pack: Any, split: str, *, pairs_from: str | None, pairs_per_task: int,
-                 seed: int) -> PairSelection:
-    """Read the store and pair its samples of `pack`'s `split` tasks."""
+                 seed: int, reference: bool = False) -> PairSelection:
+    """Read the store and pair its samples of `pack`'s `split` tasks (with the pack's answers, if `reference`)."""
     samples = stored_samples(workspace, pack.name, pairs_from)
-    return build_pairs(samples, [task.id for task in pack.tasks(split)], pairs_per_task=pairs_per_task, seed=seed,
-                       split=split, pairs_from=pairs_from)
+    tasks = pack.tasks(split)
+    references = {task.id: reference_sample(task, pack.name) for task in tasks} if reference else None
+    return build_pairs(samples, [task.id for task in tasks], pairs_per_task=pairs_per_task, seed=seed,
+                       split=split, pairs_from=pairs_from, references=references)
