@@ -223,7 +223,7 @@ _TRAIN_FLAGS = (  # (flag, TrainConfig field, type, the stages that take it; Non
 # What each stage trains on, for its help line.
 _STAGE_HELP = {"sft": "SFT with LoRA on the pack's `train` split",
                "grpo": "GRPO with LoRA on the pack's `train_rl` (or `train`) split",
-               "dpo": "DPO with LoRA on pairs of stored samples of the pack's `train` tasks (cpu backend)"}
+               "dpo": "DPO with LoRA on pairs of stored samples of the pack's `train` tasks"}
 
 
 def train_flag(field_name: str) -> str:

@@ -224,10 +224,11 @@ def with_defaults(config_cls: type, defaults: dict[str, Any]) -> type:
     return dataclasses.dataclass(type(f"Unsloth{config_cls.__name__}", (config_cls,), namespace))
 
 
-@pytest.mark.parametrize("stage", ["sft", "grpo"])
+@pytest.mark.parametrize("stage", ["sft", "grpo", "dpo"])
 def test_run_arguments_mean_the_same_under_unsloths_defaults(stage, tmp_path):
-    from trl import GRPOConfig, SFTConfig
+    from trl import DPOConfig, GRPOConfig, SFTConfig
 
+    from appliance.train.dpo import dpo_args
     from appliance.train.grpo import grpo_args
     from appliance.train.sft import sft_args
 
@@ -235,6 +236,8 @@ def test_run_arguments_mean_the_same_under_unsloths_defaults(stage, tmp_path):
     run = SimpleNamespace(trainer_dir=tmp_path / "trainer", pack=FAKE_PACK)
     if stage == "sft":
         config_cls, defaults, args = SFTConfig, UNSLOTH_DEFAULTS, sft_args(config, run, 16)
+    elif stage == "dpo":  # Unsloth's DPOConfig gets the shared replacements only (rl.py:3310-3338)
+        config_cls, defaults, args = DPOConfig, UNSLOTH_DEFAULTS, dpo_args(config, run)
     else:
         config_cls, args = GRPOConfig, grpo_args(config, run)
         defaults = {**UNSLOTH_DEFAULTS, **UNSLOTH_GRPO_DEFAULTS}
@@ -512,3 +515,132 @@ def test_lora_ranks_round_up_to_one_vllm_accepts(fake_vllm, tmp_path):
     (adapter / "adapter_config.json").write_text('{"r": 24}')
     VLLMGenerator.load("model-dir", adapter=adapter, max_lora_rank=16)
     assert started["max_lora_rank"] == 32 and started["enable_lora"] is True
+
+
+# ---------------------------------------------------------------- 9. DPO on the unsloth backend
+
+@pytest.fixture
+def cuda_and_unsloth(monkeypatch):
+    """Say whether this machine has CUDA and unsloth, as backends.pick_backend asks."""
+    import importlib.util
+
+    from appliance.train import backends
+
+    real_find_spec = importlib.util.find_spec
+
+    def set_to(*, cuda: bool, unsloth: bool) -> None:
+        monkeypatch.setattr(backends, "_cuda_available", lambda: cuda)
+        monkeypatch.setattr(importlib.util, "find_spec",
+                            lambda name, *a: (object() if unsloth else None) if name == "unsloth"
+                            else real_find_spec(name, *a))
+    return set_to
+
+
+def test_dpo_takes_either_backend_and_auto_resolves_as_for_sft(cuda_and_unsloth):
+    from appliance.train.backends import pick_backend
+    from appliance.train.dpo import DPO_BACKENDS, dpo_backend
+
+    assert DPO_BACKENDS[0] == "cpu" and "unsloth" in DPO_BACKENDS
+    for backend in ("auto", "cpu", "unsloth"):
+        cuda_and_unsloth(cuda=True, unsloth=True)
+        config = TrainConfig(stage="dpo", backend=backend)
+        assert dpo_backend(config) == config  # the name stays; start_run resolves `auto` as for SFT
+    assert pick_backend("auto")[0] == "unsloth"
+    cuda_and_unsloth(cuda=False, unsloth=False)
+    assert pick_backend("auto")[0] == "cpu"
+
+
+@pytest.mark.parametrize("cuda, unsloth, sentence", [(False, True, "needs a CUDA GPU"),
+                                                     (True, False, "not installed")])
+def test_dpo_on_unsloth_without_a_gpu_or_unsloth_is_one_sentence_before_the_pairs(cuda_and_unsloth, cuda,
+                                                                                   unsloth, sentence):
+    from appliance.train.dpo import run_dpo
+
+    cuda_and_unsloth(cuda=cuda, unsloth=unsloth)
+    # The same sentence as `train sft --backend unsloth`, before the pack or the store is opened.
+    with pytest.raises(ApplianceError, match=sentence):
+        run_dpo(TrainConfig(stage="dpo", backend="unsloth", pack="no-such-pack", workspace="/nonexistent"))
+
+
+class CapturedDPOTrainer:
+    """Stands in for TRL's DPOTrainer (Unsloth's patched one on a GPU): keeps what our code handed over."""
+
+    def __init__(self, *, model: Any, args: Any, train_dataset: Any, processing_class: Any, callbacks: Any) -> None:
+        self.model, self.args, self.callbacks = model, args, callbacks
+
+
+def test_the_unsloth_dpo_trainer_gets_our_arguments_with_unsloths_precision_and_optimizer(tmp_path, monkeypatch):
+    from appliance.train.common import FIXED_TRAINER_ARGS
+    from appliance.train.dpo import dpo_args
+
+    stand_in = types.ModuleType("unsloth")  # backend_args asks it about bf16 (a T4 has none)
+    stand_in.is_bfloat16_supported = lambda: False
+    monkeypatch.setitem(sys.modules, "unsloth", stand_in)
+    monkeypatch.setattr("trl.DPOTrainer", CapturedDPOTrainer)
+    monkeypatch.setattr("trl.DPOConfig", lambda **kwargs: kwargs)
+    config = TrainConfig(stage="dpo", beta=0.2, max_seq_length=512, batch_size=4)
+    run = SimpleNamespace(trainer_dir=tmp_path / "trainer", pack=FAKE_PACK)
+    trainer = bare_unsloth_backend().make_dpo_trainer("model", "tokenizer", [], config, dpo_args(config, run), ["cb"])
+    args = trainer.args
+    assert (trainer.model, trainer.callbacks) == ("model", ["cb"])
+    assert (args["beta"], args["loss_type"], args["precompute_ref_log_probs"]) == (0.2, ["sigmoid"], False)
+    # Unsloth caps DPO's max_length at the model's max_seq_length (rl.py:3115-3127): load_for_training
+    # gives the model the same number, so nothing is cut that the cpu backend would keep.
+    assert args["max_length"] == config.max_seq_length and args["per_device_train_batch_size"] == 4
+    assert (args["bf16"], args["fp16"], args["optim"]) == (False, True, "adamw_8bit")  # as for SFT
+    assert {key: args[key] for key in FIXED_TRAINER_ARGS} == FIXED_TRAINER_ARGS
+    assert not {"use_vllm", "use_cpu", "vllm_mode"} & set(args)  # DPO samples nothing
+
+
+class FakeFastLanguageModel:
+    """Records what load_for_training asks of Unsloth's loader."""
+
+    def __init__(self) -> None:
+        self.loaded: dict[str, Any] = {}
+        self.peft: dict[str, Any] = {}
+
+    def from_pretrained(self, **kwargs: Any) -> tuple[Any, Any]:
+        self.loaded = kwargs
+        model = SimpleNamespace(config=SimpleNamespace(num_hidden_layers=6))
+        return model, SimpleNamespace(pad_token=None, eos_token="</s>")
+
+    def get_peft_model(self, model: Any, **kwargs: Any) -> Any:
+        self.peft = kwargs
+        return model
+
+
+def test_dpo_loads_the_model_as_sft_does_without_vllm(tiny_model_dir):
+    loader = FakeFastLanguageModel()
+    backend = bare_unsloth_backend()
+    backend.FastLanguageModel = loader
+    config = TrainConfig(stage="dpo", model=str(tiny_model_dir), max_seq_length=768, lora_r=8)
+    _, tokenizer = backend.load_for_training(config)
+    assert loader.loaded["fast_inference"] is False and loader.loaded["load_in_4bit"] is True
+    assert loader.loaded["max_seq_length"] == 768  # DPO's max_length (above) is capped at this
+    assert loader.peft["use_gradient_checkpointing"] == "unsloth" and loader.peft["r"] == 8
+    assert tokenizer.pad_token == "</s>"
+    assert backend.settings_in_force(config) == {"standby": config.standby}  # no vLLM share to report
+
+
+def test_a_dpo_checkpoint_on_unsloth_holds_the_trained_adapter_not_the_reference(tiny_model_dir, tmp_path):
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from safetensors.torch import load_file
+
+    from appliance.models import load_model
+
+    model, _ = load_model(tiny_model_dir)
+    model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj"], init_lora_weights=False,
+                                             task_type="CAUSAL_LM"))
+    model.add_adapter("ref", model.peft_config["default"])  # what TRL's DPOTrainer adds (dpo_trainer.py:678)
+    for name, param in model.named_parameters():
+        if ".ref." in name:
+            param.data.zero_()  # unlike the trained adapter, so a mix-up shows
+    # Unsloth's save_lora without an engine: save_pretrained over the adapter, keywords passed on
+    # (unsloth models/_utils.py:8066-8076).
+    model.save_lora = lambda directory, **kwargs: model.save_pretrained(directory, **kwargs)
+    bare_unsloth_backend().save_adapter(model, tmp_path / "ckpt")
+    assert not (tmp_path / "ckpt" / "ref").exists()  # PEFT writes a non-default adapter into a subfolder
+    saved = load_file(str(tmp_path / "ckpt" / "adapter_model.safetensors"))
+    trained = {n.replace(".default", ""): p for n, p in model.named_parameters() if ".default." in n}
+    assert saved.keys() == trained.keys() and all(torch.equal(saved[k], trained[k]) for k in saved)

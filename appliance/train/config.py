@@ -56,8 +56,7 @@ class TrainConfig:
         "splits are for eval only)."))
     backend: str = field(default="auto", metadata=_help(
         "auto (unsloth when CUDA and unsloth are available, else cpu), cpu (transformers fp32 + PEFT + TRL), "
-        "or unsloth (4-bit LoRA with a colocated vLLM engine). DPO runs on cpu only (auto picks it; it uses a "
-        "CUDA GPU in fp32 when one is visible)."))
+        "or unsloth (4-bit LoRA with a colocated vLLM engine). DPO runs on either (auto resolves as for SFT)."))
     stage: str = field(default="grpo", metadata=_help(
         "sft (supervised on the expected calls), grpo (RL on the reward) or dpo (preference pairs of stored "
         "samples: success over failure, safe over unsafe)."))

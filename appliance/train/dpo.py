@@ -5,12 +5,14 @@ are paired per task (pairs.py) and TRL's DPOTrainer fits the LoRA with its sigmo
 DPO), beta = TrainConfig.beta. The prompt of a pair is exactly what eval renders for the task
 (common.prompt_for), the two completions are the stored texts; TRL appends the EOS to both.
 
-The reference is the starting policy: TRL copies a loaded adapter (--init-adapter) into a frozen "ref"
-adapter (trl dpo_trainer.py:666-690), and a fresh LoRA's reference is the base model, which it equals at
-step 0. Simplifications: one pass of pair selection at the start (the pairs are saved in
+The reference is the starting policy on both backends: TRL copies the LoRA it is given (--init-adapter's,
+or a fresh one, which equals the base model at step 0) into a frozen "ref" adapter (trl 1.15
+dpo_trainer.py:655-683, 1.16 :666-690), and Unsloth's patched trainer keeps that copy (it removes it for
+GRPO only; appliance.train.unsloth_backend). The backend resolves as for SFT (backends.pick_backend):
+`auto` is unsloth (4-bit LoRA) where CUDA and unsloth are available, else cpu (fp32, on a CUDA GPU when
+one is visible). Simplifications: one pass of pair selection at the start (the pairs are saved in
 runs/<run_id>/pairs.json, and a resumed run trains on those); single-turn packs only (a multi-turn
-sample's stored completion is only its last turn); the cpu backend only (on a CUDA machine it trains
-in fp32 on the GPU).
+sample's stored completion is only its last turn).
 """
 from __future__ import annotations
 
@@ -22,24 +24,27 @@ from typing import Any, Callable
 from .. import checkpoints as registry
 from ..errors import ApplianceError
 from ..events import EventSink, Log, null_sink
+from .backends import pick_backend
 from .callbacks import build_callback
 from .common import (TrainResult, _load_pack, _open_workspace, finish_run, prompt_for, resumed_config, start_run,
                      train_with_guard, trainer_args)
 from .config import TrainConfig
 from .pairs import PAIRS_FILE, PairSelection, select_pairs
 
-# Backends with a DPO trainer (`make_dpo_trainer`); `auto` picks the first.
-DPO_BACKENDS = ("cpu",)
+# Backends with a DPO trainer (`make_dpo_trainer`); the first is the one every machine has.
+DPO_BACKENDS = ("cpu", "unsloth")
 
 
 def dpo_backend(config: TrainConfig) -> TrainConfig:
-    """The config with a backend that can run DPO, or one sentence saying which to choose."""
-    if config.backend == "auto":
-        return dataclasses.replace(config, backend=DPO_BACKENDS[0])
-    if config.backend not in DPO_BACKENDS:
-        raise ApplianceError(f"DPO runs on the {' or '.join(DPO_BACKENDS)} backend only for now, not "
-                             f"{config.backend}; pass --backend {DPO_BACKENDS[0]} (it uses a CUDA GPU in fp32 when "
-                             f"one is visible).")
+    """The config, once its backend is known to run DPO here, or one sentence saying which to choose.
+
+    Resolved as start_run will (`auto` as for SFT), but before the pairs are selected, so a missing GPU
+    or unsloth is what the sentence names.
+    """
+    name, _ = pick_backend(config.backend)
+    if name not in DPO_BACKENDS:
+        raise ApplianceError(f"DPO runs on the {' or '.join(DPO_BACKENDS)} backend, not {name}; pass "
+                             f"--backend {DPO_BACKENDS[0]}.")
     return config
 
 
@@ -124,8 +129,6 @@ def run_dpo(config: TrainConfig, *, sink: EventSink = null_sink, on_eval: Callab
         selection = selection or pairs_or_fail(run.config, run.pack, run.workspace)
         registry._atomic_write_json(run.run_dir / PAIRS_FILE, selection.to_dict())
     run.emit(Log(run_id=run.run_id, message=selection.summary()))
-    if config.backend == "auto":
-        run.emit(Log(run_id=run.run_id, message="DPO runs on the cpu backend only for now (auto chose it)."))
     model, tokenizer = run.backend.load_for_training(run.config)
     dataset = Dataset.from_list(dpo_rows(run.pack, tokenizer, selection.pairs))
     callback = build_callback(run, recorder=None, on_eval=on_eval)

@@ -21,13 +21,23 @@ Verified API (unsloth 2026.10.9, unsloth_zoo 2026.10.9, trl 1.15.0, vllm 0.33.0)
   Unsloth (our presets set them: appliance.train.presets), vLLM importance-sampling
   correction off (presets turn it back on), and changed TrainingArguments defaults
   (common.FIXED_TRAINER_ARGS sets those).
-- The patched trainer drops TRL's frozen copy of a pretrained adapter (unsloth
+- The patched GRPOTrainer drops TRL's frozen copy of a pretrained adapter (unsloth
   models/rl.py:3779-3793), so with beta > 0 the KL reference is the base model
   (`kl_reference = "base"`; the run says so when it starts from init_adapter).
 - Each generation step serves the live LoRA through `load_lora(<relative dir>,
   load_tensors=True)` (unsloth models/rl_replacements.py:5557, :5607; rl.py:4327),
   which writes adapter_config.json into that dir (unsloth_zoo vllm_utils.py:5562);
   `_keep_vllm_scratch_in` roots those dirs in the run folder instead of the cwd.
+- Importing unsloth rebuilds DPOTrainer/DPOConfig the same way (models/llama.py:5591
+  -> rl.py:5393, :4454-4473 walk every trl.trainer.*_trainer; :3946-3972 rebind
+  trl.DPOTrainer/DPOConfig), with the TrainingArguments defaults above (rl.py:3310-3338;
+  none DPO-only) and `max_length` capped at the model's max_seq_length (rl.py:3115-3127;
+  ours are equal). It keeps TRL's frozen "ref" copy of the starting adapter (trl
+  dpo_trainer.py:655-683): the removal above is GRPO-only (rl.py:3737), patch_functions'
+  needs GRPO's `args.beta != 0.0` (rl.py:4118-4122), and Unsloth's LoRA kernels read the
+  active adapter (unsloth kernels/utils.py:516-528), so TRL's `use_adapter(model, "ref")`
+  (dpo_trainer.py:1304-1312) scores the reference: DPO from init_adapter is pulled toward
+  that adapter, as on the cpu backend.
 """
 from __future__ import annotations
 
@@ -71,7 +81,7 @@ def gpu_memory_utilization_in_force(config: TrainConfig, total_vram_bytes: int,
                                     environ: Any = os.environ) -> tuple[float | None, str]:
     """(value, why): the share of the GPU the colocated vLLM engine reserves for this run."""
     if config.stage != "grpo":
-        return None, "no vLLM engine: SFT loads the model without fast_inference"
+        return None, "no vLLM engine: SFT and DPO load the model without fast_inference"
     standby = config.standby or environ.get("UNSLOTH_VLLM_STANDBY", "0") != "0"
     if standby and environ.get("UNSLOTH_VLLM_STANDBY_UTIL_OVERRIDE", "0") == "0":
         value = round(standby_gpu_memory_utilization(total_vram_bytes), 4)
@@ -139,7 +149,9 @@ class UnslothBackend:
     # Screening runs a plain transformers forward with a KV cache (HFGenerator.completion_logprobs);
     # Unsloth patches that forward and the path has not run on a GPU yet, so it trains on every task.
     supports_screening = False
-    kl_reference = "base"  # see the module docstring: Unsloth removes TRL's reference adapter
+    # GRPO's KL reference (see the module docstring: Unsloth removes TRL's reference adapter there);
+    # DPO keeps TRL's, the starting adapter, as on the cpu backend.
+    kl_reference = "base"
 
     def __init__(self, config: TrainConfig | None = None) -> None:
         self.FastLanguageModel = _import_unsloth(config.standby if config else True)
@@ -216,10 +228,21 @@ class UnslothBackend:
         return build_grpo_trainer(model, tokenizer, dataset, {**args, **self.backend_args(), **colocated},
                                   reward_funcs, callbacks, trainer_mixin)
 
+    def make_dpo_trainer(self, model: Any, tokenizer: Any, dataset: Any, config: TrainConfig,
+                         args: dict[str, Any], callbacks: list[Any]) -> Any:
+        from .dpo import build_dpo_trainer
+
+        # trl's DPOTrainer/DPOConfig are Unsloth's patched ones by now (module docstring); no vLLM options:
+        # DPO samples nothing.
+        return build_dpo_trainer(model, tokenizer, dataset, {**args, **self.backend_args()}, callbacks)
+
     def save_adapter(self, model: Any, out_dir: str | Path) -> None:
-        # save_lora writes the same PEFT files as save_pretrained, from the live LoRA tensors.
+        # save_lora writes the same PEFT files as save_pretrained, from the live LoRA tensors, and passes
+        # keywords on to it (unsloth models/_utils.py:8066-8076; unsloth_zoo vllm_utils.py:5485-5496).
+        # DPO's frozen "ref" copy of the starting adapter stays out: only the trained one is saved.
         saver = getattr(model, "save_lora", None) or model.save_pretrained
-        saver(str(out_dir))
+        with_ref = "ref" in (getattr(model, "peft_config", None) or {})
+        saver(str(out_dir), **({"selected_adapters": ["default"]} if with_ref else {}))
 
     def peak_memory_bytes(self) -> int | None:
         import torch

@@ -1,4 +1,4 @@
-"""Every GRPOConfig and SFTConfig our trainers build, built by the pinned trl (the `gpu` extra's 1.15.0).
+"""Every GRPOConfig, SFTConfig and DPOConfig our trainers build, built by the pinned trl (the `gpu` extra's 1.15.0).
 
 The configs come from our own builders, end to end: TrainConfig → grpo_args /
 sft_args → the backend's make_*_trainer → backends.build_*_trainer →
@@ -36,7 +36,8 @@ LEFT_TO_UNSLOTH = {
     "torch_empty_cache_steps": "memory only: how often the CUDA cache is emptied",
     "include_num_input_tokens_seen": "logging only",
     "generation_kwargs": "{} instead of None: no extra sampling options either way",
-    "padding_free": "SFT batch layout only (Unsloth enables it per model); the same loss",
+    "padding_free": "SFT batch layout only (Unsloth enables it per model); the same loss. DPO turns it off "
+                    "(trl 1.15 dpo_trainer.py:721-728)",
 }
 # GRPO settings beyond the defaults: a KL term and a user's clipping override reach the config too.
 GRPO_VARIATIONS = {"defaults": {}, "kl_and_clip_override": {"beta": 0.04, "epsilon": 0.1, "epsilon_high": 0.3}}
@@ -47,7 +48,7 @@ class CapturedTrainer:
 
     def __init__(self, *, model: Any, args: Any, train_dataset: Any, processing_class: Any, callbacks: Any,
                  reward_funcs: Any = None, **extra: Any) -> None:
-        self.args = args
+        self.model, self.args = model, args
         self.reward_funcs = reward_funcs
         self.extra = extra
 
@@ -67,7 +68,8 @@ def built(trl, monkeypatch):
     Returns the real config classes and `kwargs`: class name → the keyword arguments it was built with.
     """
     received: dict[str, dict[str, Any]] = {}
-    real = types.SimpleNamespace(GRPOConfig=trl.GRPOConfig, SFTConfig=trl.SFTConfig, kwargs=received)
+    real = types.SimpleNamespace(GRPOConfig=trl.GRPOConfig, SFTConfig=trl.SFTConfig, DPOConfig=trl.DPOConfig,
+                                 kwargs=received)
 
     def recording(config_cls: type) -> Any:
         def build(**kwargs: Any) -> Any:
@@ -77,8 +79,12 @@ def built(trl, monkeypatch):
 
     monkeypatch.setattr(trl, "GRPOConfig", recording(trl.GRPOConfig))
     monkeypatch.setattr(trl, "SFTConfig", recording(trl.SFTConfig))
+    monkeypatch.setattr(trl, "DPOConfig", recording(trl.DPOConfig))
     monkeypatch.setattr(trl, "GRPOTrainer", CapturedTrainer)
     monkeypatch.setattr(trl, "SFTTrainer", CapturedTrainer)
+    monkeypatch.setattr(trl, "DPOTrainer", CapturedTrainer)
+    # The cpu backend patches the built trainer's model for frozen-head reuse; there is no model here.
+    monkeypatch.setattr("appliance.train.cpu.reuse_frozen_heads", lambda *args, **kwargs: None)
     return real
 
 
@@ -168,3 +174,19 @@ def test_sft_config_keeps_our_values(trl, built, make_backend, tmp_path, backend
     assert trainer.args.completion_only_loss is True and trainer.args.max_length == config.max_seq_length
     if backend == "unsloth":
         assert not _left_to_unsloth("sft_trainer", built.SFTConfig, built.kwargs["SFTConfig"])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_dpo_config_keeps_our_values(trl, built, make_backend, tmp_path, backend):
+    from appliance.train.config import TrainConfig
+    from appliance.train.dpo import dpo_args
+
+    config = TrainConfig(backend=backend, stage="dpo", precision="fp32")
+    run = _run(config, tmp_path)
+    trainer = make_backend(backend, config).make_dpo_trainer(None, None, None, config, dpo_args(config, run), [])
+    assert isinstance(trainer.args, built.DPOConfig)
+    assert not _problems(built.DPOConfig, trainer.args, built.kwargs["DPOConfig"])
+    assert trainer.args.loss_type == ["sigmoid"] and trainer.args.beta == config.beta
+    assert trainer.args.max_length == config.max_seq_length and trainer.args.precompute_ref_log_probs is False
+    if backend == "unsloth":
+        assert not _left_to_unsloth("dpo_trainer", built.DPOConfig, built.kwargs["DPOConfig"])

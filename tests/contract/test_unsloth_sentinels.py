@@ -14,6 +14,9 @@ structure (which branch sets what), the test checks the structure.
 - `fast_generate` is set even without a vLLM engine; only `vllm_engine` tells.
 - The patched GRPOTrainer drops TRL's frozen reference adapter, so with beta > 0
   the KL reference is the base model (UnslothBackend.kl_reference = "base").
+- The patched DPOTrainer keeps TRL's frozen reference adapter, and Unsloth's
+  LoRA kernels follow the active adapter, so DPO's reference is the starting
+  adapter on both backends (UnslothBackend.make_dpo_trainer).
 - Each generation step serves the live LoRA from a relative folder
   (./vllm_gen_lora) and writes its adapter_config.json there (why the backend
   roots those folders in the run folder); a path-based load reads the folder.
@@ -25,8 +28,8 @@ from typing import Any
 
 import pytest
 
-from .sources import (find_class, find_function, parents, unsloth_default_replacements, unsloth_patcher,
-                      wheel_source, wheel_tree)
+from .sources import (UNSLOTH_RL, find_class, find_function, parents, unsloth_default_replacements,
+                      unsloth_patcher, wheel_source, wheel_tree)
 
 RESOLVED = ("loss_type", "beta", "scale_rewards", "mask_truncated_completions", "epsilon_high")
 
@@ -223,6 +226,49 @@ def test_unsloth_removes_trls_reference_adapter():
     patched, removed = re.subn(pattern, "\n", source, flags=re.DOTALL)
     assert removed == 1 and 'add_adapter("ref"' not in patched
     assert UnslothBackend.kl_reference == "base"
+
+
+# --- unsloth: DPO's reference is the starting adapter ------------------------------------------------
+
+
+def _under(up: dict[ast.AST, ast.AST], node: ast.AST, test: str) -> bool:
+    """Whether `node` sits in the body of an `if <test>:` somewhere above it."""
+    while node in up:
+        node = up[node]
+        if isinstance(node, ast.If) and _same(node.test, test):
+            return True
+    return False
+
+
+def test_unsloth_keeps_trls_dpo_reference_adapter():
+    import inspect
+    import re
+
+    import trl
+
+    # TRL copies the adapter it is given into a frozen "ref" adapter (trl 1.15 dpo_trainer.py:655-683)
+    # and scores the reference with it (:1304-1312).
+    source = inspect.getsource(trl.DPOTrainer)
+    assert "elif is_peft_model(model) and ref_model is None:" in source
+    assert source.count('model.add_adapter("ref", default_config)') == 1
+    assert 'adapter_name="ref" if "ref" in ref_model_unwrapped.peft_config else None' in source
+    # Unsloth's removals leave that block alone: rl.py's are GRPO-only ...
+    patcher = unsloth_patcher()
+    up = parents(patcher)
+    removals = [node for node in ast.walk(patcher) if isinstance(node, ast.Assign)
+                and ast.unparse(node.targets[0]) == "peft_pattern"]
+    assert removals and all(_under(up, node, "RLTrainer_name == 'GRPOTrainer'") for node in removals)
+    # ... and patch_functions' (run for every trainer) needs GRPO's `args.beta != 0.0`, which DPO's lacks.
+    functions = find_function(wheel_tree("unsloth", UNSLOTH_RL), "patch_functions")
+    patterns = [ast.literal_eval(node.value) for node in ast.walk(functions) if isinstance(node, ast.Assign)
+                and ast.unparse(node.targets[0]) == "add_adapter_block_pattern"]
+    assert len(patterns) == 1, "patch_functions no longer removes the reference adapter as read here"
+    for pattern in patterns + [ast.literal_eval(node.value) for node in removals]:
+        assert re.search(pattern, source, flags=re.DOTALL) is None, pattern
+    # Unsloth's LoRA kernels take A and B from the active adapter, so use_adapter("ref") reaches them.
+    lora = ast.unparse(find_function(wheel_tree("unsloth", "unsloth/kernels/utils.py"), "get_lora_parameters"))
+    assert "adapter = getattr(proj, 'active_adapters', None)" in lora
+    assert "lora_A_linear = proj.lora_A[adapter]" in lora and "proj.scaling[adapter]" in lora
 
 
 # --- unsloth: the live LoRA's scratch folder ---------------------------------------------------------
