@@ -206,6 +206,7 @@ _TRAIN_FLAGS = (  # (flag, TrainConfig field, type, the stages that take it; Non
     ("--model", "model", str, None), ("--pack", "pack", str, None), ("--backend", "backend", str, None),
     ("--steps", "steps", int, None), ("--lr", "learning_rate", float, None), ("--lora-r", "lora_r", int, None),
     ("--lora-layers", "lora_layers", int, None), ("--eval-every", "eval_every", int, None),
+    ("--eval-limit", "eval_limit", int, None),
     ("--init-adapter", "init_adapter", str, None), ("--resume", "resume_from", str, None),
     ("--checkpoints", "output", str, None), ("--seed", "seed", int, None),
     ("--train-split", "train_split", str, None), ("--eval-split", "eval_split", str, None),
@@ -267,8 +268,6 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
             p.add_argument(flag, type=kind, default=None, choices=choices.get(name),
                            metavar=None if name in choices else name.upper(),
                            help=f"{spec[name].metadata['help']} (default: {shown})")
-        p.add_argument("--eval-limit", type=int, default=32,
-                       help="held-out tasks per checkpoint eval (0 = the whole split; default: 32)")
         _common(p, events=True)
 
 

@@ -11,7 +11,7 @@ from appliance.train.config import TrainConfig
 _FIELDS = ("model", "pack", "backend", "steps", "lora_r", "lora_layers", "eval_every", "init_adapter", "seed", "preset",
            "num_generations", "prompts_per_step", "max_completion_tokens", "temperature", "beta", "epochs", "batch_size",
            "task_selection", "screen_limit", "max_no_call_share", "train_split", "eval_split", "reward", "pairs_from", "pairs_per_task",
-           "min_pairs", "reference_pairs")
+           "min_pairs", "reference_pairs", "eval_limit")
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
@@ -61,6 +61,6 @@ def train_from_args(args: argparse.Namespace, *, sink: EventSink, workspace: Any
     pack = load_pack(effective.pack, root=args.tasks_root)
     on_eval = make_heldout_eval(model=effective.model, pack=effective.pack, workspace=workspace,
                                 split=effective.eval_split, tasks_root=args.tasks_root, sink=sink,
-                                limit=args.eval_limit or None)
+                                limit=effective.eval_limit or None)
     runner = {"sft": run_sft, "grpo": run_grpo, "dpo": run_dpo}[config.stage]
     return runner(config, sink=sink, on_eval=on_eval, workspace=workspace, pack=pack)

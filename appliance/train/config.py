@@ -84,6 +84,8 @@ class TrainConfig:
         "steps x prompts_per_step tasks whose group of samples is most likely to differ in reward under the "
         "starting policy, scored by the exact probability of the expected answer; single-turn packs); or "
         "uncertain_by_template (the same scores, taken round-robin over templates so every intent is kept)."))
+    eval_limit: int = field(default=32, metadata=_help(
+        "Held-out tasks per checkpoint eval: the first N of the eval split (0 = the whole split)."))
     screen_limit: int | None = field(default=None, metadata=_help(
         "GRPO with an uncertain task selection: score at most this many tasks of the split, a seeded sample "
         "(None = every task; screening 480 tasks takes about 2 minutes on 2 CPU cores)."))
@@ -207,6 +209,8 @@ class TrainConfig:
                                  f"choose one of {', '.join(TASK_SELECTIONS)}.")
         if self.eval_every < 1:
             raise ApplianceError("eval_every must be at least 1.")
+        if self.eval_limit < 0:
+            raise ApplianceError(f"eval_limit must be 0 (the whole split) or a number of tasks, not {self.eval_limit!r}.")
         if self.screen_limit is not None and self.screen_limit < 1:
             raise ApplianceError("screen_limit must be at least 1 (or unset to screen every task).")
         if self.max_no_call_share is not None and not 0 <= self.max_no_call_share <= 1:

@@ -46,6 +46,7 @@ class Knob(NamedTuple):
     label: str
     field: str  # the TrainConfig field it sets: its default, help text and CLI flag come from there
     grpo_only: bool = False
+    unset: str = ""  # what an empty field means, where the field's default is None
 
 
 KNOBS = (
@@ -55,12 +56,16 @@ KNOBS = (
     Knob("lr", "LR", "learning_rate"),
     Knob("lora-r", "LoRA r", "lora_r"),
     Knob("eval-every", "eval every", "eval_every"),
+    Knob("eval-limit", "eval limit", "eval_limit"),
+    Knob("screen-limit", "screen lim", "screen_limit", grpo_only=True, unset="all tasks"),
 )
 HELP = field_help()
 DEFAULT_KIND = TrainConfig().stage
 
 
 def shown(value: Any) -> str:
+    if value is None:
+        return ""  # unset: the field's placeholder says what that means
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
@@ -150,7 +155,8 @@ class TrainScreen(Screen):
                                                                   id="preset", compact=True, allow_blank=False))
                 for knob in KNOBS:
                     yield from self._field(knob.label, knob.field,
-                                           Input(self.shown_defaults[knob.id], id=knob.id, compact=True))
+                                           Input(self.shown_defaults[knob.id], id=knob.id, compact=True,
+                                                 placeholder=knob.unset))
                 yield from self._field("init from", "init_adapter",
                                        Input("", id="init-adapter", compact=True, placeholder="base model"))
                 yield from self._field("resume", "resume_from",
