@@ -112,6 +112,24 @@ async def test_train_form_follows_the_kind_and_keeps_what_the_person_typed(tmp_p
 
 
 @pytest.mark.anyio
+async def test_a_run_that_ends_makes_the_newest_sft_checkpoint_grpos_start(tmp_path):
+    app, _, data = build_app(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await app.switch_mode("train")
+        await settle(app, pilot)
+        start = lambda: app.screen.query_one("#init-adapter", Input).value  # noqa: E731
+        assert start() == "checkpoints/sft-1/step-20"
+        # What the run started from the form stores (its child process writes the store), then the engine exits.
+        data.append("runs", [{"run_id": "sft-9", "kind": "sft", "model": app.model, "pack": app.pack,
+                              "started_at": T0 + 1000}])
+        data.append("checkpoints", [{"id": "sft-9/step-8", "run_id": "sft-9", "step": 8, "path": "checkpoints/sft-9/step-8",
+                                     "status": "saved", "promoted": False, "created_at": T0 + 1000}])
+        app.screen.action_start()
+        await settle(app, pilot)
+        assert start() == "checkpoints/sft-9/step-8"  # without leaving the screen
+
+
+@pytest.mark.anyio
 async def test_evaluate_form_shows_the_engines_k_and_split(tmp_path):
     app, _, _ = build_app(tmp_path)
     async with app.run_test(size=SIZE) as pilot:

@@ -333,6 +333,7 @@ class TrainScreen(Screen):
 
     @on(EngineExited)
     def _engine_exited(self, message: EngineExited) -> None:
+        self.find_grpo_start()  # the run just ended may have saved the SFT checkpoint GRPO should start from
         if message.code != 0:
             hint = f" — press u to resume {self.run_id}" if self.run_id else ""
             self.query_one("#step-time", Static).update(f"[red]engine exited with {message.code}[/]{hint}")
