@@ -22,6 +22,7 @@ from appliance.interrupts import sigterm_as_interrupt
 
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130
+EXIT_NOT_PROMOTED = 3  # `appliance promote`: the gate ran and refused; its evidence is stored
 
 DEFAULT_MODEL = "smollm2-135m"
 DEFAULT_PACK = "workplace-single"
@@ -287,7 +288,8 @@ def _add_checkpoints(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--root", default="checkpoints")
     _format(p, "the changed fields")
 
-    p = sub.add_parser("promote", help="promote a checkpoint if it beats the baseline without regressions")
+    p = sub.add_parser("promote", help="promote a checkpoint if it beats the baseline without regressions "
+                                       f"(exit {EXIT_NOT_PROMOTED} when the gate refuses it)")
     p.add_argument("checkpoint")
     p.add_argument("--root", default="checkpoints")
     p.add_argument("--model", default=None, help="base model (default: the one in the checkpoint's manifest)")

@@ -250,7 +250,9 @@ def cmd_promote(args: argparse.Namespace) -> int:
                        tasks_root=args.tasks_root, workspace=_workspace(args), sink=_event_sink(args),
                        settings=GateSettings(limit=args.limit))
     report.print_promotion(decision)
-    return 0 if decision.promoted else 3
+    from appliance.cli import EXIT_NOT_PROMOTED
+
+    return 0 if decision.promoted else EXIT_NOT_PROMOTED
 
 
 def cmd_rollback(args: argparse.Namespace) -> int:

@@ -20,6 +20,8 @@ from pathlib import Path
 
 from readme_commands import argv, tour
 
+from appliance.cli import EXIT_NOT_PROMOTED
+
 ROOT = Path(__file__).resolve().parent.parent
 APPLIANCE = str(Path(sys.executable).parent / "appliance")
 
@@ -66,9 +68,11 @@ def main() -> int:
         started = time.perf_counter()
         done = subprocess.run([APPLIANCE, *words], cwd=scratch, env=env, text=True, capture_output=True)
         took = time.perf_counter() - started
-        status = "ok  " if done.returncode == 0 else f"FAIL({done.returncode})"
+        # The gate refusing a tour-sized adapter is an answer, not a broken command.
+        refused = words[0] == "promote" and done.returncode == EXIT_NOT_PROMOTED
+        status = "ok  " if done.returncode == 0 else "ok (not promoted)" if refused else f"FAIL({done.returncode})"
         print(f"{status}  {took:6.0f}s  $A {shlex.join(words)}", flush=True)
-        if done.returncode != 0:
+        if done.returncode != 0 and not refused:
             failures += 1
             print(done.stderr[-2000:], file=sys.stderr)
     print(f"docs-check: {len(tour()) - failures} of {len(tour())} tour lines ok; scratch {scratch}"
