@@ -152,9 +152,11 @@ def print_pack_list(packs: Iterable[Any], *, fmt: str = "table") -> None:
 
 
 def print_pack_stats(pack: Any, *, fmt: str = "table") -> None:
-    rows = [(split, s["count"], s["kinds"], s["domains"], s["sources"], s["policy"]["refuse"], s["no_call"])
-            for split, s in pack.stats().items()]
-    print_records(("split", "tasks", "kinds", "domains", "sources", "refusals", "no_call"), rows, fmt=fmt,
+    from appliance.packs.manifest import SPLIT_ROLES
+
+    rows = [(split, SPLIT_ROLES.get(split, ""), s["count"], s["kinds"], s["domains"], s["sources"],
+             s["policy"]["refuse"], s["no_call"]) for split, s in pack.stats().items()]
+    print_records(("split", "role", "tasks", "kinds", "domains", "sources", "refusals", "no_call"), rows, fmt=fmt,
                   title=f"{pack.name}, data hash {pack.data_hash()[:12]}")
 
 

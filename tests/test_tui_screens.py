@@ -39,6 +39,9 @@ async def test_home_shows_setup_hardware_and_recent_work(tmp_path):
         text = visible_text(app)
         assert "none visible" in text and "Test CPU ×2" in text and "6.5/24.0 GiB" in text
         assert "generation: hf (no CUDA GPU" in text
+        splits = screen.query_one("#splits")
+        assert "val 120" in str(splits.render()) and "train 1200" in str(splits.render())
+        assert "train_rl: GRPO trains on it" in str(splits.tooltip) and "val: held out" in str(splits.tooltip)
         await pilot.press("t")
         assert app.current_mode == "train"
 

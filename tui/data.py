@@ -312,6 +312,19 @@ def pack_splits(root: str | os.PathLike[str], pack: str) -> list[str]:
     return splits or ["val"]
 
 
+def split_sizes(root: str | os.PathLike[str], pack: str) -> dict[str, int]:
+    """Tasks per split of a pack (its JSONL lines, counted without loading the pack); {} if unreadable."""
+    import tomllib
+
+    folder = Path(root) / pack
+    try:
+        manifest = tomllib.loads((folder / "pack.toml").read_text(encoding="utf-8"))
+        return {split: sum(1 for line in (folder / file_name).open(encoding="utf-8") if line.strip())
+                for split, file_name in manifest.get("splits", {}).items()}
+    except (OSError, ValueError):
+        return {}
+
+
 def read_host_stats(proc: str | os.PathLike[str] = "/proc") -> dict[str, Any]:
     """CPU model and count, RAM used/total in GiB, from /proc (no psutil needed)."""
     stats: dict[str, Any] = {"cpu": "unknown CPU", "cpus": os.cpu_count() or 0}

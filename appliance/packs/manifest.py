@@ -20,11 +20,18 @@ DEFAULT_MAX_TURNS = 6
 # arguments, python, mcp: a pack's own tools (appliance.userworld), configured in a table of that name.
 WORLDS = ("workbench", "none", *USER_WORLDS)
 REWARD_SCHEMES = ("binary", "shaped")
-# train: SFT's pool; train_rl: GRPO's pool (wordings and intents SFT never saw); dev: where settings are
-# chosen; val/test: reported held-out splits; gate: a fixed subset of test for the promotion gate;
-# regression: labelled production failures (`appliance tasks from-failures`), never trained on, gated on.
 REGRESSION_SPLIT = "regression"
-SPLIT_NAMES = ("train", "train_rl", "dev", "val", "test", "gate", REGRESSION_SPLIT)
+# Who uses each split, as `appliance tasks stats` and the cockpit's Home show it.
+SPLIT_ROLES = {
+    "train": "SFT and DPO train on it",
+    "train_rl": "GRPO trains on it (wordings and intents SFT never saw)",
+    "dev": "settings are chosen on it",
+    "val": "held out: reported",
+    "test": "held out: reported",
+    "gate": "held out: the promotion gate's fixed subset",
+    REGRESSION_SPLIT: "labelled failures (tasks from-failures): never trained on, gated on",
+}
+SPLIT_NAMES = tuple(SPLIT_ROLES)
 TRAIN_SPLITS = ("train", "train_rl")
 EVAL_SPLITS = ("dev", "val", "test", "gate", REGRESSION_SPLIT)
 REPORTED_SPLITS = ("val", "test")

@@ -11,7 +11,8 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Label, Select, Static
 
-from tui.data import pick, promoted_checkpoint, recent_evals, recent_runs, when
+from appliance.packs.manifest import SPLIT_ROLES
+from tui.data import pick, promoted_checkpoint, recent_evals, recent_runs, split_sizes, when
 from tui.widgets.hardware_panel import HardwarePanel
 from tui.widgets.nav_bar import NavBar
 from tui.widgets.status import adapter_name, status_text, success_text
@@ -50,9 +51,10 @@ class HomeScreen(Screen):
     ]
 
     class Loaded(Message):
-        def __init__(self, runs: list[dict], evals: list[dict], promoted: dict | None) -> None:
+        def __init__(self, runs: list[dict], evals: list[dict], promoted: dict | None,
+                     splits: dict[str, int]) -> None:
             super().__init__()
-            self.runs, self.evals, self.promoted = runs, evals, promoted
+            self.runs, self.evals, self.promoted, self.splits = runs, evals, promoted, splits
 
     class HostRead(Message):
         def __init__(self, stats: dict[str, Any]) -> None:
@@ -71,6 +73,7 @@ class HomeScreen(Screen):
                 yield from self._choice("Backend", "backend", BACKENDS, app.backend)
                 yield Static(backend_reason({}), id="backend-reason", classes="muted")
                 yield Static("[b]Promoted[/] none (base model)", id="promoted")
+                yield Static("", id="splits")
             hardware = HardwarePanel(id="hardware", classes="panel")
             hardware.border_title = "Hardware"
             yield hardware
@@ -111,7 +114,8 @@ class HomeScreen(Screen):
     @work(thread=True, exclusive=True, exit_on_error=False, group="home-data")
     def load_tables(self) -> None:
         data = self.app.data
-        self.post_message(self.Loaded(recent_runs(data), recent_evals(data, 8), promoted_checkpoint(data)))
+        self.post_message(self.Loaded(recent_runs(data), recent_evals(data, 8), promoted_checkpoint(data),
+                                      split_sizes(self.app.tasks_root, self.app.pack) if self.app.pack else {}))
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="home-host")
     def read_host(self) -> None:
@@ -140,8 +144,17 @@ class HomeScreen(Screen):
         promoted = message.promoted
         label = pick(promoted, "id", "path", default="?") if promoted else "none (base model)"
         self.query_one("#promoted", Static).update(f"[b]Promoted[/] {label}")
+        self._show_splits(message.splits)
+
+    def _show_splits(self, sizes: dict[str, int]) -> None:
+        """The pack's splits and their sizes; who uses each one in the tooltip (`appliance tasks stats`)."""
+        splits = self.query_one("#splits", Static)
+        splits.update("[b]Splits[/]  " + " · ".join(f"{name} {n}" for name, n in sizes.items()) if sizes else "")
+        splits.tooltip = "\n".join(f"{name}: {SPLIT_ROLES.get(name, '')}" for name in sizes) or None
 
     @on(Select.Changed)
     def _chosen(self, event: Select.Changed) -> None:
         if event.value is not Select.NULL and event.select.id in ("pack", "model", "backend"):
             setattr(self.app, event.select.id, str(event.value))
+            if event.select.id == "pack":
+                self.load_tables()  # the new pack's splits
