@@ -19,7 +19,7 @@ HELP = """\
 | 3 Audit | judge the verifier on a fixed sample of a finished eval | **a** agree · **d** disagree · **n** note · **j/k** next/prev · **x** export disagreements |
 | 4 Train | SFT or GRPO with live charts, rollouts and alarms; past runs' charts from the store | **r** start · **s** stop (saves a checkpoint) · **u** resume · **c** clear alarms · **v** view a stored run |
 | 5 Checkpoints | lineage against the baseline eval; the selected row's gate evidence | **p** promote · **b** roll back · **x** export merged · **y** copy path · **r** refresh |
-| 6 SQL | query the run store | **ctrl+r** run · **ctrl+s** save · **ctrl+o** export CSV · **tab** leaves the editor |
+| 6 SQL | query the run store | **ctrl+r** run · **ctrl+s** save · **ctrl+o** export CSV · **esc** leaves the editor (**tab** indents) |
 | 7 Flywheel | failure modes of served and imported trajectories per adapter version, oldest first; the selected one's modes and lightest fix | **r** refresh |
 
 Only one engine job runs at a time (one GPU). Engine errors appear as notifications;
