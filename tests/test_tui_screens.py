@@ -93,7 +93,14 @@ async def test_evaluate_sample_browser_filters_by_bucket_and_compare_shows_delta
         assert "per-task success B−A +0.250" in visible_text(app)  # 1/4 → 2/4 tasks succeed
 
 
-async def test_audit_keys_record_labels_in_the_store_and_update_agreement(tmp_path):
+async def test_audit_keys_record_labels_in_the_store_and_update_agreement(tmp_path, monkeypatch):
+    import time
+
+    from appliance import audit
+
+    record = audit.record_labels
+    # A slow store write: `x` pressed right after a label must still export that label.
+    monkeypatch.setattr(audit, "record_labels", lambda *a, **k: (time.sleep(0.3), record(*a, **k))[1])
     app, _, data = build_app(tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         await app.switch_mode("audit")

@@ -9,6 +9,7 @@ and success; it opens on the newest finished eval, never on a failed one.
 """
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, Label, Select, Static
+from textual.worker import WorkerState
 
 from appliance import audit
 from tui.data import audit_labels, is_finished, newest_finished, pick, recent_evals
@@ -183,10 +185,19 @@ class AuditScreen(Screen):
 
     @work(thread=True, exit_on_error=False, group="audit-export")
     def export_disagreements(self, eval_id: str) -> None:
+        self._wait_for_saves()  # a label pressed just before `x` belongs in the file
         path = Path(self.app.workspace) / "audits" / f"{eval_id}-disagreements.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
         count = audit.export_disagreements(self.app.data, eval_id, str(path))
         self.app.call_from_thread(self.notify, f"Wrote {count} disagreements to {path}")
+
+    def _wait_for_saves(self, timeout_s: float = 30.0) -> None:
+        """Block this worker thread until the label saves started before it have stored their rows."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and any(
+                w.group == "audit-save" and w.state in (WorkerState.PENDING, WorkerState.RUNNING)
+                for w in list(self.workers)):
+            time.sleep(0.02)
 
     # --- drawing ----------------------------------------------------------------------------
 
