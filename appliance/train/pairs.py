@@ -138,10 +138,6 @@ def _distinct(samples: list[Sample]) -> dict[str, list[Sample]]:
     return by_kind
 
 
-def _texts(samples: list[Sample]) -> set[str]:
-    return {sample.completion.strip() for sample in samples}
-
-
 def task_pairs(samples: list[Sample], pairs_per_task: int, rng: random.Random,
                reference: Sample | None = None) -> list[dict[str, Any]]:
     """At most `pairs_per_task` pairs for one task's samples (see the module docstring)."""
@@ -149,12 +145,14 @@ def task_pairs(samples: list[Sample], pairs_per_task: int, rng: random.Random,
     for pool in by_kind.values():
         rng.shuffle(pool)
     successes, failures, unsafe = by_kind[SUCCESS], by_kind[FAILURE], by_kind[UNSAFE]
-    safe = successes or failures
-    wanted = [(r, safe, SAFE_OVER_UNSAFE) for r in unsafe if safe]
-    wanted += [(r, successes, SUCCESS_OVER_FAILURE) for r in failures if successes]
-    if not successes and reference is not None and reference.completion.strip() not in _texts(failures + unsafe):
-        successes = [reference]  # only now: a task the model sometimes passes learns from its own success
-        wanted = [(r, successes, REFERENCE_OVER_FAILURE) for r in unsafe + failures]
+    rejected_texts = {sample.completion.strip() for sample in unsafe + failures}
+    if not successes and reference is not None and reference.completion.strip() not in rejected_texts:
+        # No success of its own (a task the model sometimes passes keeps learning from that): the pack's answer.
+        wanted = [(r, [reference], REFERENCE_OVER_FAILURE) for r in unsafe + failures]
+    else:
+        safe = successes or failures
+        wanted = [(r, safe, SAFE_OVER_UNSAFE) for r in unsafe if safe]
+        wanted += [(r, successes, SUCCESS_OVER_FAILURE) for r in failures if successes]
     pairs = []
     for i, (rejected, chosen_pool, rule) in enumerate(wanted[:pairs_per_task]):
         chosen = chosen_pool[i % len(chosen_pool)]  # round-robin: each chosen sample meets several rejected ones
@@ -169,7 +167,7 @@ def build_pairs(samples: list[Sample], task_ids: list[str], *, pairs_per_task: i
                 references: dict[str, Sample] | None = None) -> PairSelection:
     """Pairs from `samples` for the tasks in `task_ids` (the training split), in a seeded order; `references`
     (task id → the pack's answer) pairs the tasks without a stored success."""
-    allowed, references = set(task_ids), references or {}
+    allowed = set(task_ids)
     by_task: dict[str, list[Sample]] = {}
     for sample in samples:
         if sample.task_id in allowed:
@@ -177,7 +175,7 @@ def build_pairs(samples: list[Sample], task_ids: list[str], *, pairs_per_task: i
     pairs: list[dict[str, Any]] = []
     for task_id in sorted(by_task):
         pairs += task_pairs(by_task[task_id], pairs_per_task, random.Random(f"{seed}:{task_id}"),
-                            references.get(task_id))
+                            references.get(task_id) if references else None)
     random.Random(seed).shuffle(pairs)
     counts = {"samples": len(samples), "samples_in_split": sum(len(v) for v in by_task.values()),
               "samples_outside_split": len(samples) - sum(len(v) for v in by_task.values()),
@@ -187,7 +185,7 @@ def build_pairs(samples: list[Sample], task_ids: list[str], *, pairs_per_task: i
               REFERENCE_OVER_FAILURE: sum(p["rule"] == REFERENCE_OVER_FAILURE for p in pairs)}
     rules = {"sources": pairs_from or "every run and eval of the pack", "tables": ["rollouts", "eval_samples"],
              "split": split, "pairs_per_task": pairs_per_task, "seed": seed,
-             "pairing": [SAFE_OVER_UNSAFE, SUCCESS_OVER_FAILURE] + ([REFERENCE_OVER_FAILURE] if references else [])}
+             "pairing": [SAFE_OVER_UNSAFE, SUCCESS_OVER_FAILURE] + ([REFERENCE_OVER_FAILURE] if references is not None else [])}
     return PairSelection(pairs=pairs, rules=rules, counts=counts)
 
 
@@ -196,6 +194,8 @@ def select_pairs(workspace: Any, pack: Any, split: str, *, pairs_from: str | Non
     """Read the store and pair its samples of `pack`'s `split` tasks (with the pack's answers, if `reference`)."""
     samples = stored_samples(workspace, pack.name, pairs_from)
     tasks = pack.tasks(split)
-    references = {task.id: reference_sample(task, pack.name) for task in tasks} if reference else None
+    sampled = {sample.task_id for sample in samples}  # only a task with a stored failure can use its answer
+    references = ({task.id: reference_sample(task, pack.name) for task in tasks if task.id in sampled}
+                  if reference else None)
     return build_pairs(samples, [task.id for task in tasks], pairs_per_task=pairs_per_task, seed=seed,
                        split=split, pairs_from=pairs_from, references=references)
