@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from appliance import report
+from appliance.cli import EXIT_NOT_PROMOTED
 from appliance.errors import ApplianceError
 from appliance.events import Event
 from appliance.flywheel.cli import cmd_serve, cmd_trajectories  # noqa: F401 - cli._handler finds them by name
@@ -250,8 +251,6 @@ def cmd_promote(args: argparse.Namespace) -> int:
                        tasks_root=args.tasks_root, workspace=_workspace(args), sink=_event_sink(args),
                        settings=GateSettings(limit=args.limit))
     report.print_promotion(decision)
-    from appliance.cli import EXIT_NOT_PROMOTED
-
     return 0 if decision.promoted else EXIT_NOT_PROMOTED
 
 
