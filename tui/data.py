@@ -300,28 +300,30 @@ def list_packs(root: str | os.PathLike[str] = "tasks") -> list[str]:
     return sorted(p.parent.name for p in base.glob("*/pack.toml"))
 
 
-def pack_splits(root: str | os.PathLike[str], pack: str) -> list[str]:
-    """The splits of a pack's manifest an eval may use (all but the training pools); ['val'] if unreadable."""
-    import tomllib
-
-    try:
-        manifest = tomllib.loads((Path(root) / pack / "pack.toml").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return ["val"]
-    splits = [name for name in manifest.get("splits", {}) if name not in TRAIN_SPLITS]
-    return splits or ["val"]
-
-
-def split_sizes(root: str | os.PathLike[str], pack: str) -> dict[str, int]:
-    """Tasks per split of a pack (its JSONL lines, counted without loading the pack); {} if unreadable."""
+def _split_files(root: str | os.PathLike[str], pack: str) -> dict[str, Path] | None:
+    """Split name → its JSONL file, from the pack's manifest alone (no pack load); None if unreadable."""
     import tomllib
 
     folder = Path(root) / pack
     try:
         manifest = tomllib.loads((folder / "pack.toml").read_text(encoding="utf-8"))
-        return {split: sum(1 for line in (folder / file_name).open(encoding="utf-8") if line.strip())
-                for split, file_name in manifest.get("splits", {}).items()}
     except (OSError, ValueError):
+        return None
+    return {split: folder / file_name for split, file_name in manifest.get("splits", {}).items()}
+
+
+def pack_splits(root: str | os.PathLike[str], pack: str) -> list[str]:
+    """The splits of a pack's manifest an eval may use (all but the training pools); ['val'] if unreadable."""
+    splits = [name for name in _split_files(root, pack) or {} if name not in TRAIN_SPLITS]
+    return splits or ["val"]
+
+
+def split_sizes(root: str | os.PathLike[str], pack: str) -> dict[str, int]:
+    """Tasks per split of a pack (its JSONL lines, counted without loading the pack); {} if unreadable."""
+    try:
+        return {split: sum(1 for line in path.open(encoding="utf-8") if line.strip())
+                for split, path in (_split_files(root, pack) or {}).items()}
+    except OSError:
         return {}
 
 
