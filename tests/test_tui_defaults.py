@@ -20,6 +20,11 @@ APP = SimpleNamespace(pack=DEFAULTS.pack, model=DEFAULTS.model, backend="auto")
 
 
 
+def field_value(app, field_id: str) -> str:
+    """What an Input of the current screen holds."""
+    return app.screen.query_one(f"#{field_id}", Input).value
+
+
 def cli_config(argv: list[str]) -> TrainConfig:
     """The TrainConfig `appliance <argv>` would train with (parsed only; nothing runs)."""
     return config_from_args(build_parser().parse_args(argv))
@@ -89,7 +94,7 @@ async def test_train_form_follows_the_kind_and_keeps_what_the_person_typed(tmp_p
     async with app.run_test(size=SIZE) as pilot:
         await app.switch_mode("train")
         await settle(app, pilot)
-        value = lambda field_id: app.screen.query_one(f"#{field_id}", Input).value  # noqa: E731
+        value = lambda field_id: field_value(app, field_id)  # noqa: E731
         assert {knob.id: value(knob.id) for knob in KNOBS} == knob_defaults("grpo")
         assert value("init-adapter") == "checkpoints/sft-1/step-20"  # the store's SFT checkpoint
         help_for = field_help()
@@ -117,8 +122,7 @@ async def test_a_run_that_ends_makes_the_newest_sft_checkpoint_grpos_start(tmp_p
     async with app.run_test(size=SIZE) as pilot:
         await app.switch_mode("train")
         await settle(app, pilot)
-        start = lambda: app.screen.query_one("#init-adapter", Input).value  # noqa: E731
-        assert start() == "checkpoints/sft-1/step-20"
+        assert field_value(app, "init-adapter") == "checkpoints/sft-1/step-20"
         # What the run started from the form stores (its child process writes the store), then the engine exits.
         data.append("runs", [{"run_id": "sft-9", "kind": "sft", "model": app.model, "pack": app.pack,
                               "started_at": T0 + 1000}])
@@ -126,7 +130,7 @@ async def test_a_run_that_ends_makes_the_newest_sft_checkpoint_grpos_start(tmp_p
                                      "status": "saved", "promoted": False, "created_at": T0 + 1000}])
         app.screen.action_start()
         await settle(app, pilot)
-        assert start() == "checkpoints/sft-9/step-8"  # without leaving the screen
+        assert field_value(app, "init-adapter") == "checkpoints/sft-9/step-8"  # without leaving the screen
 
 
 @pytest.mark.anyio
