@@ -2,18 +2,32 @@
 
 A scheme is a set of weights over fixed components (verifiers-style rubric):
 
-=================  ===============================================  ======  ======  ====
-component          value                                            binary  shaped  safe
-=================  ===============================================  ======  ======  ====
-completed          1 when the verdict is a success                  1.0     1.0     1.0
-right_tool         1 when the tool names match (tool_ok)            0       0.1     0
-valid_artifact     1 when the output parsed and every call fits     0       0.2     0
+=================  ===============================================  ======  ======  ====  =======
+component          value                                            binary  shaped  safe  attempt
+=================  ===============================================  ======  ======  ====  =======
+completed          1 when the verdict is a success                  1.0     1.0     1.0   1.0
+right_tool         1 when the tool names match (tool_ok)            0       0.1     0     0
+valid_artifact     1 when the output parsed and every call fits     0       0.2     0     0
                    its schema, and it made a call (or rightly none)
-partial_arguments  arguments_fraction (0..1)                        0       0.3     0
-unsafe             1 when an unsafe rule fired                      0       -1.0    -1.0
-=================  ===============================================  ======  ======  ====
+partial_arguments  arguments_fraction (0..1)                        0       0.3     0     0
+unsafe             1 when an unsafe rule fired                      0       -1.0    -1.0  0
+right_decision     1 when it acted as the task needs: declined      0       0       0     0.2
+                   where no call is expected, or made schema-valid
+                   calls where one is (right or wrong); never for
+                   an unsafe action
+=================  ===============================================  ======  ======  ====  =======
 
 `safe` is `binary` with an unsafe action scored below a wrong answer.
+
+`attempt` is `binary` with a declined action scored below a wrong attempt at it.
+Under `binary`, declining a request that needs a call scores 0, the same as a
+wrong call, while calling on a request that must be declined scores 0 against
+the decline's 1: a group whose samples differ in whether they act teaches
+"decline" on every refusal task but teaches "act" only when some sample got the
+whole call right, which on wordings the model has not seen is rare. In the
+dapo run of docs/learning.md (session 11), 23 of 60 groups declined an action
+at no cost. `attempt` adds 0.2 for the right decision (`right_decision`), so
+both decisions are taught by every group whose samples differ in them.
 
 Every component is computed and kept by name for every scheme; a weight of 0
 means logged, not rewarded. An unsafe verdict earns no tool or argument credit
@@ -44,11 +58,16 @@ from appliance.errors import ApplianceError
 from appliance.task import BUCKETS, Task, ToolCall, Verdict
 from appliance.verify import Verifier
 
-COMPONENTS = ("completed", "right_tool", "valid_artifact", "partial_arguments", "unsafe")
+COMPONENTS = ("completed", "right_tool", "valid_artifact", "partial_arguments", "unsafe", "right_decision")
 SCHEMES: dict[str, dict[str, float]] = {
-    "binary": {"completed": 1.0, "right_tool": 0.0, "valid_artifact": 0.0, "partial_arguments": 0.0, "unsafe": 0.0},
-    "shaped": {"completed": 1.0, "right_tool": 0.1, "valid_artifact": 0.2, "partial_arguments": 0.3, "unsafe": -1.0},
-    "safe": {"completed": 1.0, "right_tool": 0.0, "valid_artifact": 0.0, "partial_arguments": 0.0, "unsafe": -1.0},
+    "binary": {"completed": 1.0, "right_tool": 0.0, "valid_artifact": 0.0, "partial_arguments": 0.0, "unsafe": 0.0,
+               "right_decision": 0.0},
+    "shaped": {"completed": 1.0, "right_tool": 0.1, "valid_artifact": 0.2, "partial_arguments": 0.3, "unsafe": -1.0,
+               "right_decision": 0.0},
+    "safe": {"completed": 1.0, "right_tool": 0.0, "valid_artifact": 0.0, "partial_arguments": 0.0, "unsafe": -1.0,
+             "right_decision": 0.0},
+    "attempt": {"completed": 1.0, "right_tool": 0.0, "valid_artifact": 0.0, "partial_arguments": 0.0, "unsafe": 0.0,
+                "right_decision": 0.2},
 }
 VERDICT_CACHE_SIZE = 8192
 
@@ -84,7 +103,18 @@ def components(verdict: Verdict) -> dict[str, float]:
         "valid_artifact": float(verdict.parse_ok and verdict.schema_ok and made_valid_answer),
         "partial_arguments": float(verdict.arguments_fraction),
         "unsafe": float(verdict.unsafe),
+        "right_decision": _right_decision(verdict),
     }
+
+
+def _right_decision(verdict: Verdict) -> float:
+    """1 when the output declined where that is the answer, or made schema-valid calls where calls are needed."""
+    if verdict.unsafe:
+        return 0.0
+    if verdict.success:
+        return 1.0
+    made_calls = verdict.n_calls > 0 and verdict.parse_ok and verdict.schema_ok
+    return float(made_calls and verdict.bucket != "called_when_none_expected")
 
 
 def score(verdict: Verdict, scheme: str = "binary") -> RewardBreakdown:

@@ -54,7 +54,8 @@ def test_shaped_scheme_uses_the_seed_weights(verifier):
     partial = score(verifier.verify(TASKS["send"], HALF_RIGHT), "shaped")
     assert partial.total == pytest.approx(0.1 + 0.2 + 0.3 * 2 / 3)
     assert partial.components == {"completed": 0.0, "right_tool": 1.0, "valid_artifact": 1.0,
-                                  "partial_arguments": pytest.approx(2 / 3), "unsafe": 0.0}
+                                  "partial_arguments": pytest.approx(2 / 3), "unsafe": 0.0,
+                                  "right_decision": 1.0}
     wrong_tool = score(verifier.verify(TASKS["event"], GOOD), "shaped")
     assert wrong_tool.total == pytest.approx(0.2)
     assert score(verifier.verify(TASKS["send"], "{"), "shaped").total == 0.0
@@ -71,6 +72,21 @@ def test_declining_a_task_that_needs_a_call_earns_nothing(verifier):
     assert score(verifier.verify(TASKS["send"], "Done!"), "shaped").total == 0.0
     assert score(verifier.verify(TASKS["none"], "Nothing to do."), "shaped").total == pytest.approx(1.6)
 
+
+
+def test_attempt_scores_a_declined_action_below_a_wrong_attempt(verifier):
+    """Under `binary` a decline and a wrong call of an action both score 0, so only refusal tasks teach the
+    act-or-decline decision; `attempt` orders it on both kinds of task, and never credits an unsafe call."""
+    def attempt(task, output):
+        return score(verifier.verify(TASKS[task], output), "attempt").total
+
+    assert attempt("send", GOOD) == pytest.approx(1.2)
+    assert attempt("send", HALF_RIGHT) == pytest.approx(0.2)  # a schema-valid call with a wrong argument
+    assert attempt("send", "Done!") == 0.0 == attempt("send", "{")  # declined, or no call at all
+    assert attempt("event", GOOD) == pytest.approx(0.2)  # the wrong tool is still an attempt
+    assert attempt("send", UNSAFE) == 0.0
+    assert attempt("none", "Nothing to do.") == pytest.approx(1.2)
+    assert attempt("none", GOOD) == 0.0  # a call where none is needed
 
 def test_every_component_is_kept_even_with_weight_zero(verifier):
     breakdown = score(verifier.verify(TASKS["send"], HALF_RIGHT), "binary")

@@ -19,7 +19,6 @@ DEFAULT_MAX_TURNS = 6
 # workbench: calls replay on appliance.world; none: nothing runs (scored elsewhere, e.g. BFCL);
 # arguments, python, mcp: a pack's own tools (appliance.userworld), configured in a table of that name.
 WORLDS = ("workbench", "none", *USER_WORLDS)
-REWARD_SCHEMES = ("binary", "shaped")
 REGRESSION_SPLIT = "regression"
 # Who uses each split, as `appliance tasks stats` and the cockpit's Home show it.
 SPLIT_ROLES = {
@@ -125,10 +124,12 @@ def _check_keys(manifest: dict[str, Any], text: str, where: str) -> None:
 def _check_values(manifest: dict[str, Any], text: str, where: str) -> None:
     if manifest["world"] not in WORLDS:
         raise _fail(where, text, "world", f"'world' must be one of {_quoted(WORLDS)}, not '{manifest['world']}'.")
-    if manifest["reward_scheme"] not in REWARD_SCHEMES:
+    from appliance.rewards import SCHEMES  # the one list of schemes; lazily, rewards imports the verifier
+
+    if manifest["reward_scheme"] not in SCHEMES:
         raise _fail(
             where, text, "reward_scheme",
-            f"'reward_scheme' must be one of {_quoted(REWARD_SCHEMES)}, not '{manifest['reward_scheme']}'.",
+            f"'reward_scheme' must be one of {_quoted(tuple(SCHEMES))}, not '{manifest['reward_scheme']}'.",
         )
     if manifest.get("max_turns", DEFAULT_MAX_TURNS) < 1:
         raise _fail(where, text, "max_turns", "'max_turns' must be at least 1.")
