@@ -72,6 +72,10 @@ def collect() -> dict[str, Any]:
     train_backend, train_reason = pick_backend("auto")
     gen_backend, gen_reason = choose_backend("auto")
     info["train_backend"] = f"{train_backend} ({train_reason})"
+    if train_backend == "cpu":
+        from appliance.train.cpu import auto_precision_in_force
+
+        info["cpu_training_precision"] = auto_precision_in_force()
     info["generation_backend"] = f"{gen_backend} ({gen_reason})"
     info["vllm_gpu_memory_utilization"] = _gpu_memory_utilization_in_force(_vram_total_bytes())
     info["version_warnings"] = check_versions() or ["none"]

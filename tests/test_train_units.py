@@ -307,3 +307,15 @@ def test_resume_refuses_flags_that_would_change_the_saved_run(tmp_path):
     assert config_from_args(parse("--eval-every", "8")).eval_every == 8  # the saved value is no change
     with pytest.raises(ApplianceError, match=r"cannot change eval_every \(saved 8, given 15\)"):
         config_from_args(parse("--eval-every", "15"))
+
+
+def test_the_doctor_says_which_precision_a_cpu_run_trains_in(monkeypatch):
+    """A CPU without native bf16 trains in fp32, 2.2x slower (docs/learning.md, session 11): say so up front."""
+    from appliance import doctor
+    from appliance.train import cpu
+
+    monkeypatch.setattr(doctor, "_gpu", lambda: {"gpu": "none"})
+    monkeypatch.setattr("appliance.train.backends.pick_backend", lambda requested: ("cpu", "test"))
+    for native, words in ((True, "bf16 autocast"), (False, "fp32")):
+        monkeypatch.setattr(cpu, "use_bf16_autocast", lambda precision, native=native: native)
+        assert doctor.collect()["cpu_training_precision"].startswith(words)
