@@ -97,24 +97,17 @@ def reward_weights(scheme: str) -> list[float]:
 def components(verdict: Verdict) -> dict[str, float]:
     """Raw component values for one verdict."""
     made_valid_answer = verdict.n_calls > 0 or verdict.success
+    valid_artifact = verdict.parse_ok and verdict.schema_ok and made_valid_answer
+    # Declined where that is the answer, or made schema-valid calls where calls are needed (right or wrong).
+    acted_as_needed = verdict.success or (valid_artifact and verdict.bucket != "called_when_none_expected")
     return {
         "completed": float(verdict.success),
         "right_tool": float(verdict.tool_ok),
-        "valid_artifact": float(verdict.parse_ok and verdict.schema_ok and made_valid_answer),
+        "valid_artifact": float(valid_artifact),
         "partial_arguments": float(verdict.arguments_fraction),
         "unsafe": float(verdict.unsafe),
-        "right_decision": _right_decision(verdict),
+        "right_decision": float(acted_as_needed and not verdict.unsafe),
     }
-
-
-def _right_decision(verdict: Verdict) -> float:
-    """1 when the output declined where that is the answer, or made schema-valid calls where calls are needed."""
-    if verdict.unsafe:
-        return 0.0
-    if verdict.success:
-        return 1.0
-    made_calls = verdict.n_calls > 0 and verdict.parse_ok and verdict.schema_ok
-    return float(made_calls and verdict.bucket != "called_when_none_expected")
 
 
 def score(verdict: Verdict, scheme: str = "binary") -> RewardBreakdown:

@@ -73,7 +73,6 @@ def test_declining_a_task_that_needs_a_call_earns_nothing(verifier):
     assert score(verifier.verify(TASKS["none"], "Nothing to do."), "shaped").total == pytest.approx(1.6)
 
 
-
 def test_attempt_scores_a_declined_action_below_a_wrong_attempt(verifier):
     """Under `binary` a decline and a wrong call of an action both score 0, so only refusal tasks teach the
     act-or-decline decision; `attempt` orders it on both kinds of task, and never credits an unsafe call."""
@@ -87,6 +86,7 @@ def test_attempt_scores_a_declined_action_below_a_wrong_attempt(verifier):
     assert attempt("send", UNSAFE) == 0.0
     assert attempt("none", "Nothing to do.") == pytest.approx(1.2)
     assert attempt("none", GOOD) == 0.0  # a call where none is needed
+
 
 def test_every_component_is_kept_even_with_weight_zero(verifier):
     breakdown = score(verifier.verify(TASKS["send"], HALF_RIGHT), "binary")

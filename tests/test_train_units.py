@@ -47,7 +47,6 @@ def test_presets_table_is_complete_and_overrides_apply():
     assert grpo_options("dr_grpo", beta=0.04)["beta"] == 0.04
 
 
-
 # ---------------------------------------------------------------- zero-variance filtering
 
 def test_drop_zero_variance_groups_masks_only_flat_groups():
