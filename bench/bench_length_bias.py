@@ -16,7 +16,8 @@ a constant: every token alike, whatever its completion's length.
 Prints `name: value` lines: how many tasks of the split expect no call, the
 token length of their answer and of the call answers (the canonical answers SFT
 teaches, plus the end-of-turn token), and the per-token weight of a decline
-relative to a median call under each loss type.
+relative to a median call under `grpo` (under the token-level losses it is 1 by
+construction, so it is not printed).
 """
 from __future__ import annotations
 
@@ -56,8 +57,6 @@ def main() -> None:
     print(f"call_tokens_max: {calls[-1]}")
     # Per-token weight of a decline relative to a median call, the same advantage on both.
     print(f"grpo_decline_token_weight_ratio: {median_call / decline:.2f}")
-    print("dapo_decline_token_weight_ratio: 1.00")
-    print("dr_grpo_decline_token_weight_ratio: 1.00")
 
 
 if __name__ == "__main__":
