@@ -39,7 +39,7 @@ def test_committed_packs_are_listed_and_load_with_expected_sizes(single, multi):
 
 
 def test_pack_properties_come_from_the_manifest(single, multi):
-    assert single.world == "workbench" and single.reward_scheme == "binary"
+    assert single.world == "workbench" and single.reward_scheme == "attempt"
     assert single.max_turns == 1 and multi.max_turns == 6
     assert len(single.tool_names) == 27 and "email_delete_email" in single.tool_names
     assert "Thursday, 2023-11-30" in single.system_prompt and "9am" in single.system_prompt

@@ -23,6 +23,10 @@ from appliance.task import Task
 
 SINGLE_PACK = "workplace-single"
 MULTI_PACK = "workplace-multi"
+# Chosen on dev (docs/learning.md, session 11): from one SFT adapter, GRPO under `attempt` beat `binary` by +12.5
+# points (+5.0 ... +20.0), because under `binary` declining an action costs nothing. The multi-turn pack keeps
+# `binary` until it is measured there.
+SINGLE_REWARD_SCHEME = "attempt"
 # SFT trains on `train`, GRPO on `train_rl` (wordings and intents SFT never saw), settings are chosen on
 # `dev`, and `val` is reported once per chosen setting (templating.py).
 SIZES = {SINGLE_PACK: {"train": 1200, "train_rl": 480, "dev": 120, "val": 120},
@@ -74,6 +78,7 @@ def _build_single(folder: Path, tools_text: str, seed: int, workbench: list[Task
         SINGLE_PACK,
         "One workplace request, one JSON tool call (or none): WorkBench's 27 tools, every argument in the request.",
         _system_prompt(SINGLE_PROMPT, max_deletes=3), max_turns=1, splits=splits, max_deletes=3,
+        reward_scheme=SINGLE_REWARD_SCHEME,
     )
     _write_pack(folder, manifest, tools_text, splits)
     (folder / "README.md").write_text(_readme(manifest, splits, "single_step", seed), encoding="utf-8")
@@ -92,6 +97,7 @@ def _build_multi(folder: Path, tools_text: str, seed: int, workbench: list[Task]
         MULTI_PACK,
         "Workplace requests that need look-ups before acting (WorkBench style); test is WorkBench's 690 tasks.",
         _system_prompt(MULTI_PROMPT, max_deletes), max_turns=6, splits=splits, max_deletes=max_deletes,
+        reward_scheme="binary",
     )
     _write_pack(folder, manifest, tools_text, splits)
     (folder / "README.md").write_text(_readme(manifest, splits, "multi_step", seed), encoding="utf-8")
@@ -131,14 +137,14 @@ def _mark_unseen(test: list[Task], train: list[Task]) -> list[Task]:
 
 
 def _manifest(name: str, description: str, prompt: str, *, max_turns: int, splits: dict[str, list[Task]],
-              max_deletes: int) -> dict[str, Any]:
+              max_deletes: int, reward_scheme: str) -> dict[str, Any]:
     return {
         "name": name,
         "description": description,
         "version": "1",
         "world": "workbench",
         "tools": "tools.json",
-        "reward_scheme": "binary",
+        "reward_scheme": reward_scheme,
         "max_turns": max_turns,
         # WorkBench's "domains" setting: the task's toolkits plus the directory (short CPU prompts).
         "tool_selection": "domain",

@@ -8,7 +8,8 @@ Defaults are sized for the CPU path (2 cores, the embedded SmolLM2-135M) and
 follow what was measured there (docs/learning.md): SFT at lr 3e-4, batch 8,
 150 steps (one pass over workplace-single's 1,200 `train` requests) took
 held-out success from 12.5% to 35.8%. GRPO trains on `train_rl`, requests SFT
-never saw: binary reward, beta 0, 4 prompts x 4 generations, lr 5e-5,
+never saw: the pack's reward scheme (workplace-single: `attempt`, chosen
+over `binary` on dev in session 11), beta 0, 4 prompts x 4 generations, lr 5e-5,
 temperature 1.0, up to 96 tokens per completion (at 64 a fifth of the answers
 could not fit, and truncated samples taught the model to drop arguments; at
 temperature 0.7, 87% of the groups had no reward variance). Its tasks are
