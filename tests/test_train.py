@@ -193,6 +193,42 @@ def test_uncertain_task_selection_trains_on_the_screened_tasks(config):
     assert events == [(4,)]
 
 
+def expect_no_call(pack_dir: Path, task_ids: set[str]) -> None:
+    """Turn some of the mini pack's train tasks into ones whose answer is to make no call."""
+    path = pack_dir / "train.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    for row in rows:
+        if row["id"] in task_ids:
+            row["expected"] = []
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+
+def test_the_default_no_call_cap_screens_and_trains_only_tasks_that_need_a_call(config):
+    from appliance.store import Workspace
+
+    assert config.max_no_call_share == 0  # the default (chosen on dev, session 12)
+    expect_no_call(Path(config.pack), {"m0", "m1"})
+    result = grpo(config)
+    screened = json.loads((Path(result.run_dir) / "screening.json").read_text())
+    assert sorted(item["task_id"] for item in screened) == ["m2", "m3"]  # the no-call tasks were not even scored
+    _, rows = Workspace.open(config.workspace).query("SELECT DISTINCT task_id FROM rollouts WHERE run_id = ?",
+                                                     [result.run_id])
+    assert {r[0] for r in rows} <= {"m2", "m3"}
+
+
+def test_a_pool_of_only_no_call_tasks_is_refused_before_the_model_loads(config, monkeypatch):
+    from appliance.errors import ApplianceError
+    from appliance.train.cpu import CpuBackend
+
+    def never(*args, **kwargs):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(CpuBackend, "load_for_training", never)
+    expect_no_call(Path(config.pack), {"m0", "m1", "m2", "m3"})
+    with pytest.raises(ApplianceError, match="expects no call.*--max-no-call-share 1"):
+        grpo(config)
+
+
 def test_task_selection_all_keeps_every_task(config):
     result = grpo(dataclasses.replace(config, task_selection="all"))
     assert not (Path(result.run_dir) / "screening.json").exists()

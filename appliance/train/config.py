@@ -61,7 +61,10 @@ class TrainConfig:
     stage: str = field(default="grpo", metadata=_help(
         "sft (supervised on the expected calls), grpo (RL on the reward) or dpo (preference pairs of stored "
         "samples: success over failure, safe over unsafe)."))
-    preset: str = field(default="grpo", metadata=_help(
+    # Chosen on dev (docs/learning.md, session 12) with max_no_call_share 0: TRL's `grpo` loss averages each
+    # completion over its own length, so a short right call (a delete by id) is pushed harder per token than a
+    # long one, and GRPO taught the model to answer update requests with deletes (4 dev tasks); `dapo` did not.
+    preset: str = field(default="dapo", metadata=_help(
         "GRPO variant: grpo, dr_grpo, dapo or gspo (see appliance.train.presets for the exact TRL options)."))
     steps: int = field(default=16, metadata=_help("Optimizer steps to run (one step = one batch of prompts)."))
     learning_rate: float | None = field(default=None, metadata=_help(
@@ -90,10 +93,11 @@ class TrainConfig:
     screen_limit: int | None = field(default=None, metadata=_help(
         "GRPO with an uncertain task selection: score at most this many tasks of the split, a seeded sample "
         "(None = every task; screening 480 tasks takes about 2 minutes on 2 CPU cores)."))
-    max_no_call_share: float | None = field(default=None, metadata=_help(
+    max_no_call_share: float | None = field(default=0.0, metadata=_help(
         "GRPO with an uncertain task selection: the largest share of the kept tasks that expect no call "
-        "(refusals, chit-chat); None = no cap. A pool where declining is the answer to a third of the prompts "
-        "teaches the policy to decline actions too (docs/learning.md, session 6)."))
+        "(refusals, chit-chat); 0 = only tasks that need a call (refusals are SFT's to teach), None or 1 = no "
+        "cap. With refusals in the pool GRPO taught the policy to decline actions (missed calls on dev 10 -> 32; "
+        "0 kept them at 1, docs/learning.md, session 12)."))
     max_completion_tokens: int = field(default=96, metadata=_help(
         "GRPO: the most tokens sampled per turn (eval's budget is 96; workplace-single's longest expected "
         "call is 89 tokens, and a task whose answer cannot fit can never earn its reward)."))

@@ -30,7 +30,7 @@ from .config import TrainConfig
 from .multiturn import MULTI_TURN_CPU_ONLY, agent_episodes, is_multi_turn, turn_limit
 from .presets import filters_zero_variance, grpo_options
 from .recorder import RolloutRecorder
-from .screen import screen_rows
+from .screen import screen_rows, screened_pool_or_fail
 
 
 def grpo_rows(pack: Any, tokenizer: Any, split: str = "train") -> list[dict[str, Any]]:
@@ -118,6 +118,7 @@ def run_grpo(config: TrainConfig, *, sink: EventSink = null_sink,
     if is_multi_turn(run.pack) and not run.backend.supports_multi_turn:
         raise fail_run(run, ApplianceError(MULTI_TURN_CPU_ONLY))
     split = training_split_or_fail(run)
+    screened_pool_or_fail(run, split)
     if reward_funcs is None:
         reward_funcs, reward_weights = default_reward_funcs(run.pack, run.config.reward, split)
     recorder = RolloutRecorder(run.run_id, reward_funcs, reward_weights,

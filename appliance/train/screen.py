@@ -159,7 +159,7 @@ def screen_rows(run: Any, model: Any, tokenizer: Any, rows: list[dict[str, Any]]
     path = Path(run.run_dir) / SCREENING_FILE
     screened = load_screening(path) if path.is_file() else None
     if screened is None:
-        scored = score_tasks(run, model, tokenizer, screening_sample(rows, config))
+        scored = score_tasks(run, model, tokenizer, screening_sample(eligible_rows(run.pack, rows, config), config))
         tasks = {row["task_id"]: run.pack.task(row["task_id"]) for row in rows}
         templates = None
         if config.task_selection == "uncertain_by_template":
@@ -175,6 +175,27 @@ def screen_rows(run: Any, model: Any, tokenizer: Any, rows: list[dict[str, Any]]
     chosen = {task.task_id for task in screened if task.selected}
     run.emit(Log(run_id=run.run_id, message=summary_line(screened, config.num_generations)))
     return [row for row in rows if row["task_id"] in chosen]
+
+
+def eligible_rows(pack: Any, rows: list[dict[str, Any]], config: Any) -> list[dict[str, Any]]:
+    """The rows screening may keep: with max_no_call_share 0 the no-call tasks are left unscored (none could be kept)."""
+    if config.max_no_call_share != 0:
+        return rows
+    return [row for row in rows if pack.task(row["task_id"]).expected]
+
+
+def screened_pool_or_fail(run: Any, split: str) -> None:
+    """Before any model loads: a pool whose every task expects no call leaves nothing under max_no_call_share 0."""
+    from ..errors import ApplianceError
+    from .common import fail_run
+    from .multiturn import is_multi_turn
+
+    config = run.config
+    screens = config.task_selection != "all" and run.backend.supports_screening and not is_multi_turn(run.pack)
+    if screens and config.max_no_call_share == 0 and not any(task.expected for task in run.pack.tasks(split)):
+        raise fail_run(run, ApplianceError(
+            f"every task in pack '{run.pack.name}' split '{split}' expects no call, and max_no_call_share 0 keeps "
+            "only tasks that need one; pass --max-no-call-share 1 to train on them."))
 
 
 def screening_sample(rows: list[dict[str, Any]], config: Any) -> list[dict[str, Any]]:
