@@ -16,7 +16,10 @@ temperature 0.7, 87% of the groups had no reward variance). Its tasks are
 screened for uncertainty one template at a time (task_selection=
 uncertain_by_template), the one of the two screening settings tried on `dev`
 that did not lose there: a global ranking kept mostly short answers and taught
-the model to drop arguments. No GRPO setting has yet beaten its SFT start on
+the model to drop arguments. The screened pool keeps only tasks that need a call
+(max_no_call_share 0) and the loss is TRL's token-level `dapo` (session 12, on
+dev: with refusals in the pool GRPO learnt to decline actions; with the `grpo`
+loss it turned update requests into short deletes). No GRPO setting has yet beaten its SFT start on
 held-out tasks by a margin that holds. DPO's defaults (lr 5e-5, beta 0.1, TRL's
 sigmoid loss) are common LoRA starting points, not yet measured here.
 """
