@@ -61,7 +61,10 @@ def changed(before: dict, after: dict) -> bool:
 
 @pytest.fixture
 def config(tiny_model_dir, tmp_path) -> TrainConfig:
-    return TrainConfig(model=str(tiny_model_dir), pack=str(write_mini_pack(tmp_path / "mini")), backend="cpu", steps=1, learning_rate=1e-2,
+    # preset grpo: the random tiny model never stops within 12 tokens, and dapo (the default) masks truncated
+    # completions out of the loss, so a step would move nothing (test_dapo_preset_runs... runs dapo).
+    return TrainConfig(model=str(tiny_model_dir), pack=str(write_mini_pack(tmp_path / "mini")), backend="cpu",
+                       preset="grpo", steps=1, learning_rate=1e-2,
                        lora_r=4, lora_alpha=8, num_generations=4, prompts_per_step=2, max_completion_tokens=12,
                        temperature=1.0, eval_every=1, batch_size=4, max_seq_length=256,
                        output=str(tmp_path / "checkpoints"), workspace=str(tmp_path / "runs"))

@@ -60,6 +60,21 @@ def test_drop_zero_variance_groups_masks_only_flat_groups():
     assert int(output["num_items_in_batch"]) == 9
 
 
+def test_a_group_split_across_two_processes_is_judged_whole():
+    """Two training processes hold two rows each of one group of 4 (TRL's process slices)."""
+    import torch
+
+    slices = [torch.tensor([0.0, 0.0, 0.0, 0.0, 0.0, 0.0]), torch.tensor([0.7, -0.7, 0.0, 0.0, 0.0, 0.0])]
+    gathered = torch.cat(slices)  # groups: rows 0-3 flat, rows 4-7 informative (split), rows 8-11 flat
+    masks = []
+    for index, local in enumerate(slices):
+        output = {"advantages": local, "completion_mask": torch.ones(6, 2, dtype=torch.long)}
+        dropped = drop_zero_variance_groups(output, group_size=4, gather=lambda t: gathered, process_index=index)
+        assert dropped == pytest.approx(2 / 3)
+        masks.append(output["tool_mask"][:, 0].tolist())
+    assert masks == [[0, 0, 0, 0, 1, 1], [1, 1, 0, 0, 0, 0]]
+
+
 # ---------------------------------------------------------------- reward hacking alarm
 
 def test_alarm_when_train_reward_rises_but_heldout_is_flat():

@@ -139,23 +139,30 @@ class ApplianceGRPOMixin:
             self.appliance_recorder.set_advantages(output["advantages"].tolist())
             self.appliance_recorder.set_generation_latency(elapsed)
         if self.appliance_filter_zero_variance and mode == "train":
-            dropped = drop_zero_variance_groups(output, self.num_generations, self.accelerator.gather)
+            dropped = drop_zero_variance_groups(output, self.num_generations, self.accelerator.gather,
+                                                process_index=self.accelerator.process_index)
             self._metrics[mode]["frac_groups_dropped"].append(dropped)
         return output
 
 
-def drop_zero_variance_groups(output: dict[str, Any], group_size: int, gather: Callable = lambda t: t) -> float:
+def drop_zero_variance_groups(output: dict[str, Any], group_size: int, gather: Callable = lambda t: t, *,
+                              process_index: int = 0) -> float:
     """Mask groups whose advantages are all zero out of the loss and its normaliser; return the fraction dropped.
 
     Uses TRL's `tool_mask` (a loss-only mask) so attention is untouched. Rows of
     a group are contiguous before TRL shuffles the batch, which is where this runs.
+    With several processes each holds its slice of the gathered batch (TRL's
+    `process_slice`), and a group may span two slices, so groups are judged on
+    the gathered advantages and each process keeps its own rows of the verdict.
     """
     import torch
 
-    advantages = output["advantages"]
-    groups = advantages.view(-1, group_size)
-    informative = groups.abs().amax(dim=1) > 1e-6
-    keep_rows = informative.repeat_interleave(group_size).to(output["completion_mask"].dtype)
+    local = output["advantages"]
+    everyone = gather(local)
+    informative = everyone.view(-1, group_size).abs().amax(dim=1) > 1e-6
+    start = process_index * local.numel()
+    keep_rows = informative.repeat_interleave(group_size)[start:start + local.numel()]
+    keep_rows = keep_rows.to(output["completion_mask"].dtype)
     loss_mask = output.get("tool_mask")
     if loss_mask is None:
         loss_mask = torch.ones_like(output["completion_mask"])
