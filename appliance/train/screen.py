@@ -141,34 +141,27 @@ def score_tasks(run: Any, model: Any, tokenizer: Any, rows: list[dict[str, Any]]
 def screen_rows(run: Any, model: Any, tokenizer: Any, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The GRPO dataset rows for `config.task_selection`: all of them, or the uncertain ones (globally or per
     template)."""
-    from .multiturn import is_multi_turn
-
     config = run.config
-    if config.task_selection == "all":
-        return rows
-    if not run.backend.supports_screening:
-        run.emit(Log(run_id=run.run_id, message=(
-            f"task_selection=uncertain is not available on the {run.backend.name} backend yet; training on "
-            "every train task")))
-        return rows
-    if is_multi_turn(run.pack):
-        run.emit(Log(run_id=run.run_id, message=(
-            "task_selection=uncertain screens single-turn packs only (a multi-turn task has no exact expected "
-            "episode); training on every train task")))
+    skipped = screening_skipped(run)
+    if skipped is not None:
+        if skipped:
+            run.emit(Log(run_id=run.run_id, message=skipped))
         return rows
     path = Path(run.run_dir) / SCREENING_FILE
     screened = load_screening(path) if path.is_file() else None
     if screened is None:
-        scored = score_tasks(run, model, tokenizer, screening_sample(eligible_rows(run.pack, rows, config), config))
         tasks = {row["task_id"]: run.pack.task(row["task_id"]) for row in rows}
-        templates = None
-        if config.task_selection == "uncertain_by_template":
-            templates = {task_id: str(task.tags.get("template", task_id)) for task_id, task in tasks.items()}
         keep = config.steps * config.prompts_per_step
         no_call, cap = frozenset(), None
         if config.max_no_call_share is not None:
             no_call = frozenset(task_id for task_id, task in tasks.items() if not task.expected)
             cap = math.floor(config.max_no_call_share * keep)
+        # Under a share of 0 no no-call task can be kept: spend no forward pass scoring them.
+        to_score = [row for row in rows if row["task_id"] not in no_call] if config.max_no_call_share == 0 else rows
+        scored = score_tasks(run, model, tokenizer, screening_sample(to_score, config))
+        templates = None
+        if config.task_selection == "uncertain_by_template":
+            templates = {task_id: str(task.tags.get("template", task_id)) for task_id, task in tasks.items()}
         screened = select_uncertain(scored, keep, templates, no_call=no_call, max_no_call=cap)
         save_screening(path, screened)
         run.emit(screening_event(run.run_id, screened, config.temperature))
@@ -177,22 +170,28 @@ def screen_rows(run: Any, model: Any, tokenizer: Any, rows: list[dict[str, Any]]
     return [row for row in rows if row["task_id"] in chosen]
 
 
-def eligible_rows(pack: Any, rows: list[dict[str, Any]], config: Any) -> list[dict[str, Any]]:
-    """The rows screening may keep: with max_no_call_share 0 the no-call tasks are left unscored (none could be kept)."""
-    if config.max_no_call_share != 0:
-        return rows
-    return [row for row in rows if pack.task(row["task_id"]).expected]
+def screening_skipped(run: Any) -> str | None:
+    """None when the run screens its pool; else why not, as a log line ('' when task_selection=all asked so)."""
+    from .multiturn import is_multi_turn
+
+    if run.config.task_selection == "all":
+        return ""
+    if not run.backend.supports_screening:
+        return (f"task_selection=uncertain is not available on the {run.backend.name} backend yet; training on "
+                "every train task")
+    if is_multi_turn(run.pack):
+        return ("task_selection=uncertain screens single-turn packs only (a multi-turn task has no exact expected "
+                "episode); training on every train task")
+    return None
 
 
 def screened_pool_or_fail(run: Any, split: str) -> None:
     """Before any model loads: a pool whose every task expects no call leaves nothing under max_no_call_share 0."""
     from ..errors import ApplianceError
     from .common import fail_run
-    from .multiturn import is_multi_turn
 
-    config = run.config
-    screens = config.task_selection != "all" and run.backend.supports_screening and not is_multi_turn(run.pack)
-    if screens and config.max_no_call_share == 0 and not any(task.expected for task in run.pack.tasks(split)):
+    screens = screening_skipped(run) is None
+    if screens and run.config.max_no_call_share == 0 and not any(task.expected for task in run.pack.tasks(split)):
         raise fail_run(run, ApplianceError(
             f"every task in pack '{run.pack.name}' split '{split}' expects no call, and max_no_call_share 0 keeps "
             "only tasks that need one; pass --max-no-call-share 1 to train on them."))
