@@ -142,11 +142,16 @@ def test_sft_and_rl_pools_are_disjoint_and_rl_holds_what_sft_never_saw(single):
     assert rl_bases and not rl_bases & sft_bases
 
 
-def test_dev_is_held_out_phrasings_of_trained_templates_disjoint_from_val(single):
+def test_dev_is_held_out_phrasings_of_trained_templates_and_its_own_refusals_disjoint_from_val(single):
     dev, val = single.tasks("dev"), single.tasks("val")
     assert find_collisions([t.request for t in val], [t.request for t in dev]) == []
-    trained = {t.tags["template"] for t in single.tasks("train")}
-    assert {t.tags["template"] for t in dev} <= trained and not any(t.tags["unseen_template"] for t in dev)
+    trained = {t.tags["template"] for s in ("train", "train_rl") for t in single.tasks(s)}
+    dev_only = {t.id for t in templates_for("single_step") if t.dev_only}
+    own = {t.tags["template"] for t in dev if t.tags["unseen_template"]}
+    assert {t.tags["template"] for t in dev} <= trained | dev_only and own == dev_only
+    # dev's own templates are refusals no training split and no val task has, as val's held-out ones are
+    assert not dev_only & (trained | {t.tags["template"] for t in val})
+    assert all(t.out_of_policy and t.expected == () for t in dev if t.tags["template"] in dev_only)
     seen = {(t.tags["template"], t.tags["phrasing"]) for s in ("train", "train_rl", "val") for t in single.tasks(s)}
     assert not any((t.tags["template"], t.tags["phrasing"]) in seen for t in dev)
 

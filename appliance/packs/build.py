@@ -180,8 +180,13 @@ def _readme(manifest: dict[str, Any], splits: dict[str, list[Task]], kind: str, 
                      f"| {s['no_call']} | {s['policy']['refuse']} | {unseen} |")
     templates = templates_for(kind)
     lines += ["", "Templates in training splits and val (val sees only their last phrasing, dev its own): "
-              + ", ".join(f"`{t.id}`" for t in templates if not t.held_out and t.in_val) + ".", "",
+              + ", ".join(f"`{t.id}`" for t in templates if not (t.held_out or t.dev_only) and t.in_val) + ".", "",
               "Held-out templates (val only): " + ", ".join(f"`{t.id}`" for t in templates if t.held_out) + ".", ""]
+    dev_only = [t for t in templates if t.dev_only]
+    if dev_only:
+        lines += ["Dev's own held-out templates (dev only: refusals no training split and no val task has, so "
+                  "settings are chosen on refusals they never trained on, as val judges them): "
+                  + ", ".join(f"`{t.id}`" for t in dev_only) + ".", ""]
     extra = [t for t in templates if not t.in_val]
     if extra:
         lines += ["Training-only templates (more fields of the same tools, more angles of each policy rule; "

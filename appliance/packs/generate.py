@@ -140,7 +140,7 @@ def _tags(template: Template, phrasing: str) -> dict:
         "source": "generator",
         "template": template.id,
         "phrasing": phrasing,
-        "unseen_template": template.held_out,
+        "unseen_template": template.held_out or template.dev_only,
     }
     if template.policy:
         tags["policy"] = template.policy
