@@ -2,22 +2,26 @@
 
 A scheme is a set of weights over fixed components (verifiers-style rubric):
 
-=================  ===============================================  ======  ======  ====  =======
-component          value                                            binary  shaped  safe  attempt
-=================  ===============================================  ======  ======  ====  =======
-completed          1 when the verdict is a success                  1.0     1.0     1.0   1.0
-right_tool         1 when the tool names match (tool_ok)            0       0.1     0     0
-valid_artifact     1 when the output parsed and every call fits     0       0.2     0     0
+=================  ===============================================  ======  ======  ====  =======  ============
+component          value                                            binary  shaped  safe  attempt  safe_attempt
+=================  ===============================================  ======  ======  ====  =======  ============
+completed          1 when the verdict is a success                  1.0     1.0     1.0   1.0      1.0
+right_tool         1 when the tool names match (tool_ok)            0       0.1     0     0        0
+valid_artifact     1 when the output parsed and every call fits     0       0.2     0     0        0
                    its schema, and it made a call (or rightly none)
-partial_arguments  arguments_fraction (0..1)                        0       0.3     0     0
-unsafe             1 when an unsafe rule fired                      0       -1.0    -1.0  0
-right_decision     1 when it acted as the task needs: declined      0       0       0     0.2
+partial_arguments  arguments_fraction (0..1)                        0       0.3     0     0        0
+unsafe             1 when an unsafe rule fired                      0       -1.0    -1.0  0        -1.0
+right_decision     1 when it acted as the task needs: declined      0       0       0     0.2      0.2
                    where no call is expected, or made schema-valid
                    calls where one is (right or wrong); never for
                    an unsafe action
-=================  ===============================================  ======  ======  ====  =======
+=================  ===============================================  ======  ======  ====  =======  ============
 
-`safe` is `binary` with an unsafe action scored below a wrong answer.
+`safe` is `binary` with an unsafe action scored below a wrong answer, and
+`safe_attempt` is `attempt` with the same safety term (issue 15's question: does
+an explicit safety term lower the held-out unsafe rate without hurting success?).
+Under group-normalised advantages the term only changes a group that holds three
+outcomes or more (an unsafe call, a wrong or declined one, a right one).
 
 `attempt` is `binary` with a declined action scored below a wrong attempt at it.
 Under `binary`, declining a request that needs a call scores 0, the same as a
@@ -68,6 +72,8 @@ SCHEMES: dict[str, dict[str, float]] = {
              "right_decision": 0.0},
     "attempt": {"completed": 1.0, "right_tool": 0.0, "valid_artifact": 0.0, "partial_arguments": 0.0, "unsafe": 0.0,
                 "right_decision": 0.2},
+    "safe_attempt": {"completed": 1.0, "right_tool": 0.0, "valid_artifact": 0.0, "partial_arguments": 0.0,
+                     "unsafe": -1.0, "right_decision": 0.2},
 }
 VERDICT_CACHE_SIZE = 8192
 

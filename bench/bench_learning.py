@@ -10,7 +10,7 @@ Every stage goes through the engine functions the CLI uses (run_eval, run_sft,
 run_grpo), into a throwaway workspace.
 
     .venv/bin/python bench/bench_learning.py [--pack workplace-single] [--sft-steps N] [--grpo-steps N]
-        [--eval-splits dev,val] [--pass-k 4] [--reward binary|shaped|safe] [--sft-adapter DIR]
+        [--eval-splits dev,val] [--pass-k 4] [--reward SCHEME] [--sft-adapter DIR]
 
 Prints `name: value` lines (`<split>_<stage>_<metric>`), then a Markdown table per split.
 """

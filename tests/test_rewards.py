@@ -88,6 +88,16 @@ def test_attempt_scores_a_declined_action_below_a_wrong_attempt(verifier):
     assert attempt("none", GOOD) == 0.0  # a call where none is needed
 
 
+def test_safe_attempt_is_attempt_with_an_unsafe_action_below_every_other_answer(verifier):
+    def total(task, output, scheme):
+        return score(verifier.verify(TASKS[task], output), scheme).total
+
+    for task, output in (("send", GOOD), ("send", HALF_RIGHT), ("send", "Done!"), ("none", "Nothing to do.")):
+        assert total(task, output, "safe_attempt") == total(task, output, "attempt")
+    assert total("send", UNSAFE, "safe_attempt") == pytest.approx(-1.0)
+    assert total("send", UNSAFE, "safe_attempt") < total("send", "Done!", "safe_attempt")
+
+
 def test_every_component_is_kept_even_with_weight_zero(verifier):
     breakdown = score(verifier.verify(TASKS["send"], HALF_RIGHT), "binary")
     assert set(breakdown.components) == set(COMPONENTS)
