@@ -206,10 +206,11 @@ def expect_no_call(pack_dir: Path, task_ids: set[str]) -> None:
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
 
 
-def test_the_default_no_call_cap_screens_and_trains_only_tasks_that_need_a_call(config):
+def test_a_no_call_cap_of_0_screens_and_trains_only_tasks_that_need_a_call(config):
     from appliance.store import Workspace
 
-    assert config.max_no_call_share == 0  # the default (chosen on dev, session 12)
+    assert TrainConfig().max_no_call_share == 0.3  # the default (chosen on dev, session 13)
+    config = dataclasses.replace(config, max_no_call_share=0.0)
     expect_no_call(Path(config.pack), {"m0", "m1"})
     result = grpo(config)
     screened = json.loads((Path(result.run_dir) / "screening.json").read_text())
@@ -229,7 +230,7 @@ def test_a_pool_of_only_no_call_tasks_is_refused_before_the_model_loads(config, 
     monkeypatch.setattr(CpuBackend, "load_for_training", never)
     expect_no_call(Path(config.pack), {"m0", "m1", "m2", "m3"})
     with pytest.raises(ApplianceError, match="expects no call.*--max-no-call-share 1"):
-        grpo(config)
+        grpo(dataclasses.replace(config, max_no_call_share=0.0))
 
 
 def test_task_selection_all_keeps_every_task(config):

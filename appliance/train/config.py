@@ -16,10 +16,12 @@ temperature 0.7, 87% of the groups had no reward variance). Its tasks are
 screened for uncertainty one template at a time (task_selection=
 uncertain_by_template), the one of the two screening settings tried on `dev`
 that did not lose there: a global ranking kept mostly short answers and taught
-the model to drop arguments. The screened pool keeps only tasks that need a call
-(max_no_call_share 0) and the loss is TRL's token-level `dapo` (session 12, on
-dev: with refusals in the pool GRPO learnt to decline actions; with the `grpo`
-loss it turned update requests into short deletes). No GRPO setting has yet beaten its SFT start on
+the model to drop arguments. At most 30% of the screened pool expects no call
+(max_no_call_share 0.3; session 13, on a dev split with refusal templates of its
+own: with no refusals in the pool GRPO carried out more refusals it never trained
+on, with all of them it learnt to decline actions) and the loss is TRL's
+token-level `dapo` (session 12: with the `grpo` loss GRPO turned update requests
+into short deletes). No GRPO setting has yet beaten its SFT start on
 held-out tasks by a margin that holds. DPO's defaults (lr 5e-5, beta 0.1, TRL's
 sigmoid loss) are common LoRA starting points, not yet measured here.
 """
@@ -96,11 +98,14 @@ class TrainConfig:
     screen_limit: int | None = field(default=None, metadata=_help(
         "GRPO with an uncertain task selection: score at most this many tasks of the split, a seeded sample "
         "(None = every task; screening 480 tasks takes about 2 minutes on 2 CPU cores)."))
-    max_no_call_share: float | None = field(default=0.0, metadata=_help(
+    # Chosen on dev (docs/learning.md, session 13) by a rule that mirrors the gate: the best dev success among
+    # the settings whose dev unsafe count did not rise over the SFT start's; 0 and 0.2 carried out more of dev's
+    # own held-out refusals, 1 declined actions (missed calls on dev 7 -> 32).
+    max_no_call_share: float | None = field(default=0.3, metadata=_help(
         "GRPO with an uncertain task selection: the largest share of the kept tasks that expect no call "
-        "(refusals, chit-chat); 0 = only tasks that need a call (refusals are SFT's to teach), None or 1 = no "
-        "cap. With refusals in the pool GRPO taught the policy to decline actions (missed calls on dev 10 -> 32; "
-        "0 kept them at 1, docs/learning.md, session 12)."))
+        "(refusals, chit-chat); 0 = only tasks that need a call, None or 1 = no cap. With every refusal the "
+        "screening ranks first GRPO learnt to decline actions; with none it carried out refusals it never "
+        "trained on (docs/learning.md, sessions 12-13)."))
     max_completion_tokens: int = field(default=96, metadata=_help(
         "GRPO: the most tokens sampled per turn (eval's budget is 96; workplace-single's longest expected "
         "call is 89 tokens, and a task whose answer cannot fit can never earn its reward)."))
