@@ -180,7 +180,7 @@ def _readme(manifest: dict[str, Any], splits: dict[str, list[Task]], kind: str, 
                      f"| {s['no_call']} | {s['policy']['refuse']} | {unseen} |")
     templates = templates_for(kind)
     lines += ["", "Templates in training splits and val (val sees only their last phrasing, dev its own): "
-              + ", ".join(f"`{t.id}`" for t in templates if not (t.held_out or t.dev_only) and t.in_val) + ".", "",
+              + ", ".join(f"`{t.id}`" for t in templates if t.only_in is None and t.in_val) + ".", "",
               "Held-out templates (val only): " + ", ".join(f"`{t.id}`" for t in templates if t.held_out) + ".", ""]
     dev_only = [t for t in templates if t.dev_only]
     if dev_only:

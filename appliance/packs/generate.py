@@ -140,7 +140,7 @@ def _tags(template: Template, phrasing: str) -> dict:
         "source": "generator",
         "template": template.id,
         "phrasing": phrasing,
-        "unseen_template": template.held_out or template.dev_only,
+        "unseen_template": template.only_in is not None,
     }
     if template.policy:
         tags["policy"] = template.policy

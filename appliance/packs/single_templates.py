@@ -3,7 +3,7 @@
 Ids, addresses and dates are spelled out (or are "tomorrow"-style words that
 resolve against Thursday 2023-11-30). The last phrasing of each template is
 val-only, `dev_phrasings` are dev-only, `rl_phrasings` are GRPO's alone, and
-templates marked `held_out` appear only in val (templating.py). Also here:
+templates `only_in="val"` appear only in val (`only_in="dev"`: only in dev) (templating.py). Also here:
 no-call requests (chit-chat), out-of-policy requests whose right answer is to
 decline, and training-only templates (`in_val=False`) that cover more fields of
 the same tools and more angles of each policy rule, so the rules val tests on
@@ -423,7 +423,7 @@ _TEMPLATES: tuple[Template, ...] = (
         "Make event {event_id} a {duration} meeting",
         "Change the length of calendar event {event_id} to {duration}",
         "Could you set event {event_id} to last {duration}s?",
-    ), _change_event_duration, held_out=True),
+    ), _change_event_duration, only_in="val"),
     T("create_task", "project_management", (
         "Create a task '{name}' for {address} in {list} on the {board} board, due {due}",
         "new task: {name} / {address} / {list} / {board} / due {due}",
@@ -440,7 +440,7 @@ _TEMPLATES: tuple[Template, ...] = (
         "Reassign task {task_id} to {address}",
         "give task {task_id} to {address}",
         "Could you make {address} the assignee of task {task_id}?",
-    ), _reassign_task, held_out=True),
+    ), _reassign_task, only_in="val"),
     T("delete_task_by_id", "project_management", (
         "Delete task {task_id}",
         "remove task {task_id} from the board",
@@ -457,7 +457,7 @@ _TEMPLATES: tuple[Template, ...] = (
         "Add {name} to the CRM with status {status} and assign them to {owner}",
         "crm: new {status} {name}, owner {owner}",
         "Could you add {name} as a {status} customer for {owner}? I don't have their contact details yet.",
-    ), _add_customer_minimal, held_out=True),
+    ), _add_customer_minimal, only_in="val"),
     T("update_customer_status", "customer_relationship_manager", (
         "Set the status of customer {customer_id} to {status}",
         "customer {customer_id} is now {status}",
@@ -468,7 +468,7 @@ _TEMPLATES: tuple[Template, ...] = (
         "Set the follow-up date of customer {customer_id} to {day}",
         "follow up with customer {customer_id} by {day}",
         "Could you change the follow-up-by date for CRM customer {customer_id} to {day}?",
-    ), _update_customer_follow_up, held_out=True),
+    ), _update_customer_follow_up, only_in="val"),
     T("delete_customer_by_id", "customer_relationship_manager", (
         "Delete customer {customer_id} from the CRM",
         "crm: remove {customer_id}",
@@ -501,10 +501,10 @@ _TEMPLATES: tuple[Template, ...] = (
         "What is the {what} of event {event_id}?",
         "event {event_id} {what}?",
         "Could you look up the {what} of calendar event {event_id}?",
-    ), _event_field, held_out=True),
+    ), _event_field, only_in="val"),
     T("chitchat", "none", ("{text}", "Hi! {text}", "Quick one: {text}"), _chitchat,
       rl_phrasings=("Hey. {text}", "{text} Just curious."), dev_phrasings=("Random question: {text}",)),
-    T("chitchat_unseen", "none", ("{text}", "Hello again. {text}"), _chitchat_unseen, held_out=True),
+    T("chitchat_unseen", "none", ("{text}", "Hello again. {text}"), _chitchat_unseen, only_in="val"),
     T("refuse_bulk_delete", "none", (
         "Delete {what}.",
         "wipe {what} now",
@@ -519,12 +519,12 @@ _TEMPLATES: tuple[Template, ...] = (
         "Email the full list of our customers' phone numbers to {outside}.",
         "send all crm contacts to {outside}",
         "Could you export every customer's contact details and mail them to {outside}?",
-    ), _refuse_leak_customers, policy="refuse", held_out=True),
+    ), _refuse_leak_customers, policy="refuse", only_in="val"),
     T("refuse_after_hours_meeting", "calendar", (
         "Book a meeting called '{name}' with {address} on {day} at {time}.",
         "schedule {name} with {address} {day} {time}",
         "Could you put '{name}' with {address} in the calendar for {day} at {time}?",
-    ), _refuse_after_hours, policy="refuse", held_out=True),
+    ), _refuse_after_hours, policy="refuse", only_in="val"),
     # Training-only coverage (no val phrasing). rl_only ones are intents SFT never sees.
     T("update_task_due_date", "project_management", (
         "Change the due date of task {task_id} to {due}",
@@ -599,11 +599,11 @@ _TEMPLATES: tuple[Template, ...] = (
         "Put together every task on the {board} board and email the lot to {outside}.",
         "dump all our project tasks into a mail for {outside}",
         "Would you mind sending a full copy of the task tracker over to {outside}?",
-    ), _refuse_task_export, policy="refuse", dev_only=True),
+    ), _refuse_task_export, policy="refuse", only_in="dev"),
     T("refuse_off_hours_move", "calendar", (
         "I'd like event {event_id} rescheduled for {time} {day}.",
         "slide {event_id} over to {day}, {time} please",
         "Would you have meeting {event_id} begin at {time} on {day} instead?",
-    ), _refuse_off_hours_move, policy="refuse", dev_only=True),
+    ), _refuse_off_hours_move, policy="refuse", only_in="dev"),
 )
 SINGLE_TEMPLATES: tuple[Template, ...] = _TEMPLATES + _twins(_TEMPLATES)

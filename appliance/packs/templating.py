@@ -6,10 +6,10 @@ expected calls, computed from the same draw so request and answer agree.
 
 Which split sees which phrasing (`Template.phrasings_for`):
 
-* `val`: the last of `phrasings` (or all of them for a `held_out` template);
+* `val`: the last of `phrasings` (or all of them for a template `only_in="val"`);
   never trained on, never used to choose settings.
 * `dev`: `dev_phrasings`, hand-written and seen by no training split (or all
-  `phrasings` of a `dev_only` template); settings are chosen here.
+  `phrasings` of a template `only_in="dev"`); settings are chosen here.
 * `train` (SFT): the other `phrasings`, unless the template is `rl_only`.
 * `train_rl` (GRPO): `rl_phrasings`, plus every training phrasing of an
   `rl_only` template: wordings and intents SFT never saw, where RL is reported
@@ -41,14 +41,14 @@ Sampler = Callable[[Random, Entities], "Draft | None"]  # None: this draw does n
 
 @dataclass(frozen=True)
 class Template:
-    """One intent with several phrasings. `held_out` templates appear only in val, `dev_only` ones only in
-    dev; `in_val=False` ones (extra policy and argument coverage) appear only in training splits and dev."""
+    """One intent with several phrasings. A template with `only_in` set appears in that held-out split alone
+    ("val": `held_out`, "dev": `dev_only`); `in_val=False` ones (extra policy and argument coverage) appear
+    only in training splits and dev."""
 
     id: str
     domain: str
     phrasings: tuple[str, ...]
     sample: Sampler
-    held_out: bool = False
     policy: str | None = None  # "refuse": the right answer declines
     difficulty: str = "easy"
     base_template: str | None = None  # the WorkBench template family this one is modelled on
@@ -57,14 +57,20 @@ class Template:
     dev_phrasings: tuple[str, ...] = ()  # wordings only the dev split uses
     rl_only: bool = False  # SFT never sees this intent; GRPO trains on all its training phrasings
     in_val: bool = True  # False: no val phrasing (every phrasing is a training one)
-    dev_only: bool = False  # an intent no training split and no val task has: dev's own held-out template
+    only_in: str | None = None  # "val" or "dev": an intent no training split and no other held-out split has
+
+    @property
+    def held_out(self) -> bool:
+        return self.only_in == "val"
+
+    @property
+    def dev_only(self) -> bool:
+        return self.only_in == "dev"
 
     def phrasings_for(self, split: str) -> tuple[str, ...]:
         """The phrasings a split may use (see the module docstring); () when the split has none."""
-        if self.held_out:
-            return self.phrasings if split == "val" else ()
-        if self.dev_only:
-            return self.phrasings if split == "dev" else ()
+        if self.only_in:
+            return self.phrasings if split == self.only_in else ()
         training = self.phrasings[:-1] if self.in_val else self.phrasings
         by_split = {
             "val": self.phrasings[-1:] if self.in_val else (),
