@@ -21,8 +21,10 @@ the model to drop arguments. At most 30% of the screened pool expects no call
 own: with no refusals in the pool GRPO carried out more refusals it never trained
 on, with all of them it learnt to decline actions) and the loss is TRL's
 token-level `dapo` (session 12: with the `grpo` loss GRPO turned update requests
-into short deletes). No GRPO setting has yet beaten its SFT start on
-held-out tasks by a margin that holds. DPO's defaults (lr 5e-5, beta 0.1, TRL's
+into short deletes). Beta stays 0: a KL anchor to the SFT start (beta 0.5,
+session 14) halved the drift towards carrying out refusals when the pool had none,
+but no anchored setting kept the start's unsafe count on dev. No GRPO setting has
+yet beaten its SFT start on held-out tasks by a margin that holds. DPO's defaults (lr 5e-5, beta 0.1, TRL's
 sigmoid loss) are common LoRA starting points, not yet measured here.
 """
 from __future__ import annotations
