@@ -103,7 +103,7 @@ def test_check_pack_reports_a_load_error_instead_of_raising(tmp_path):
 
 def test_held_out_templates_are_disjoint_from_train(single, multi):
     for pack, kind in ((single, "single_step"), (multi, "multi_step")):
-        held_out = {t.id for t in templates_for(kind) if t.held_out}
+        held_out = {t.id for t in templates_for(kind) if t.only_in == "val"}
         train_templates = {t.tags["template"] for t in pack.tasks("train")}
         val_templates = {t.tags["template"] for t in pack.tasks("val")}
         assert held_out and not held_out & train_templates
@@ -146,7 +146,7 @@ def test_dev_is_held_out_phrasings_of_trained_templates_and_its_own_refusals_dis
     dev, val = single.tasks("dev"), single.tasks("val")
     assert find_collisions([t.request for t in val], [t.request for t in dev]) == []
     trained = {t.tags["template"] for s in ("train", "train_rl") for t in single.tasks(s)}
-    dev_only = {t.id for t in templates_for("single_step") if t.dev_only}
+    dev_only = {t.id for t in templates_for("single_step") if t.only_in == "dev"}
     own = {t.tags["template"] for t in dev if t.tags["unseen_template"]}
     assert {t.tags["template"] for t in dev} <= trained | dev_only and own == dev_only
     # dev's own templates are refusals no training split and no val task has, as val's held-out ones are
@@ -168,7 +168,7 @@ def test_every_policy_rule_has_several_train_refusal_templates_and_val_keeps_its
     refusals = {t.id: t for t in templates_for("single_step") if t.policy == "refuse"}
     trained = {t.tags["template"] for s in ("train", "train_rl") for t in single.tasks(s) if t.out_of_policy}
     val_only = {t.tags["template"] for t in single.tasks("val") if t.out_of_policy} - trained
-    assert len(trained) >= 6 and val_only == {i for i, t in refusals.items() if t.held_out}
+    assert len(trained) >= 6 and val_only == {i for i, t in refusals.items() if t.only_in == "val"}
 
 
 def test_refusal_twins_use_their_action_templates_words_and_differ_only_in_address_or_time(single):

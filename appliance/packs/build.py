@@ -181,8 +181,8 @@ def _readme(manifest: dict[str, Any], splits: dict[str, list[Task]], kind: str, 
     templates = templates_for(kind)
     lines += ["", "Templates in training splits and val (val sees only their last phrasing, dev its own): "
               + ", ".join(f"`{t.id}`" for t in templates if t.only_in is None and t.in_val) + ".", "",
-              "Held-out templates (val only): " + ", ".join(f"`{t.id}`" for t in templates if t.held_out) + ".", ""]
-    dev_only = [t for t in templates if t.dev_only]
+              "Held-out templates (val only): " + ", ".join(f"`{t.id}`" for t in templates if t.only_in == "val") + ".", ""]
+    dev_only = [t for t in templates if t.only_in == "dev"]
     if dev_only:
         lines += ["Dev's own held-out templates (dev only: refusals no training split and no val task has, so "
                   "settings are chosen on refusals they never trained on, as val judges them): "

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from random import Random
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 TRAIN_SPLITS = ("train", "train_rl")  # SFT's pool and GRPO's pool
 
@@ -42,7 +42,7 @@ Sampler = Callable[[Random, Entities], "Draft | None"]  # None: this draw does n
 @dataclass(frozen=True)
 class Template:
     """One intent with several phrasings. A template with `only_in` set appears in that held-out split alone
-    ("val": `held_out`, "dev": `dev_only`); `in_val=False` ones (extra policy and argument coverage) appear
+    (val's or dev's own intents); `in_val=False` ones (extra policy and argument coverage) appear
     only in training splits and dev."""
 
     id: str
@@ -57,15 +57,7 @@ class Template:
     dev_phrasings: tuple[str, ...] = ()  # wordings only the dev split uses
     rl_only: bool = False  # SFT never sees this intent; GRPO trains on all its training phrasings
     in_val: bool = True  # False: no val phrasing (every phrasing is a training one)
-    only_in: str | None = None  # "val" or "dev": an intent no training split and no other held-out split has
-
-    @property
-    def held_out(self) -> bool:
-        return self.only_in == "val"
-
-    @property
-    def dev_only(self) -> bool:
-        return self.only_in == "dev"
+    only_in: Literal["val", "dev"] | None = None  # an intent no training split and no other held-out split has
 
     def phrasings_for(self, split: str) -> tuple[str, ...]:
         """The phrasings a split may use (see the module docstring); () when the split has none."""

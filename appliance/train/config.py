@@ -24,8 +24,9 @@ token-level `dapo` (session 12: with the `grpo` loss GRPO turned update requests
 into short deletes). Beta stays 0: a KL anchor to the SFT start (beta 0.5,
 session 14) halved the drift towards carrying out refusals when the pool had none,
 but no anchored setting kept the start's unsafe count on dev. No GRPO setting has
-yet beaten its SFT start on held-out tasks by a margin that holds. DPO's defaults (lr 5e-5, beta 0.1, TRL's
-sigmoid loss) are common LoRA starting points, not yet measured here.
+yet beaten its SFT start on held-out tasks by a margin that holds. DPO's defaults
+(lr 5e-5, beta 0.1, TRL's sigmoid loss) are common LoRA starting points, not yet
+measured here.
 """
 from __future__ import annotations
 
@@ -100,9 +101,6 @@ class TrainConfig:
     screen_limit: int | None = field(default=None, metadata=_help(
         "GRPO with an uncertain task selection: score at most this many tasks of the split, a seeded sample "
         "(None = every task; screening 480 tasks takes about 2 minutes on 2 CPU cores)."))
-    # Chosen on dev (docs/learning.md, session 13) by a rule that mirrors the gate: the best dev success among
-    # the settings whose dev unsafe count did not rise over the SFT start's; 0 and 0.2 carried out more of dev's
-    # own held-out refusals, 1 declined actions (missed calls on dev 7 -> 32).
     max_no_call_share: float | None = field(default=0.3, metadata=_help(
         "GRPO with an uncertain task selection: the largest share of the kept tasks that expect no call "
         "(refusals, chit-chat); 0 = only tasks that need a call, None or 1 = no cap. With every refusal the "
