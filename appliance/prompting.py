@@ -27,7 +27,8 @@ about 3-4k tokens, so callers should pass only the tools the task can use
 (for example, its domain's tools); `tools` is any subset of the pack's tools.
 
 `render_completion` is the canonical assistant answer for an expected call
-list: the format SFT teaches and the verifier parses.
+list: the format SFT teaches and the verifier parses; `reference_answer` is
+what training teaches for a task (a no-call task's own `reply`, when it has one).
 """
 from __future__ import annotations
 
@@ -71,6 +72,11 @@ def render_prompt(
         system_text = tools_system_text(system_text, openai_tools)
     chat = [{"role": "system", "content": system_text}, *_plain_messages(conversation)]
     return _apply_template(tokenizer, chat, tools=None)
+
+
+def reference_answer(task: Any) -> str:
+    """What training teaches for `task`: its own reply when it expects no call and has one, else the canonical answer."""
+    return task.reply if not task.expected and task.reply else render_completion(task.expected)
 
 
 def render_completion(calls: Iterable[ToolCall | dict[str, Any]]) -> str:

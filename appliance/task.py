@@ -70,6 +70,10 @@ class Task:
     tools: tuple[dict[str, Any], ...] | None = None
     # Scorer-specific ground truth kept verbatim (e.g. BFCL's possible_answer).
     meta: dict[str, Any] = field(default_factory=dict)
+    # The reference reply of a task that expects no call, when it is more than "No action is needed." (a
+    # refusal that names the rule and the detail that breaks it). Training data only: any reply without a
+    # call is right for such a task, so the verifier never reads it.
+    reply: str | None = None
 
     @property
     def request(self) -> str:
@@ -97,6 +101,8 @@ class Task:
             row["tools"] = list(self.tools)
         if self.meta:
             row["meta"] = dict(self.meta)
+        if self.reply is not None:
+            row["reply"] = self.reply
         return row
 
 

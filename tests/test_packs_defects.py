@@ -188,3 +188,14 @@ def test_leakage_detector_is_exact_and_fast_enough():
     hits = find_collisions(train, evals)
     assert time.perf_counter() - start < 5
     assert {(h.eval_index, h.train_index) for h in hits} == {(1000, 5), (1001, 7)}
+
+
+def test_a_reply_belongs_to_a_no_call_task_and_holds_no_call(tmp_path):
+    on_a_call = row("v-013", "Cancel event thirteen", reply="Done.")
+    message = load_error(write_pack(tmp_path / "p", val=[on_a_call]))
+    assert "val.jsonl line 1: 'reply' is for a task that expects no call; this one expects calls" in message
+    with_a_call = row("v-014", "Email my gmail the report", expected=[], reply='{"name": "email_send_email"}')
+    assert "'reply' must be plain text without a tool call" in load_error(write_pack(tmp_path / "q", val=[with_a_call]))
+    fine = row("v-015", "Email my gmail the report", expected=[], reply="I can't do that: gmail is outside atlas.com.")
+    pack = load_pack(write_pack(tmp_path / "r", val=[fine]))
+    assert pack.tasks("val")[0].reply == "I can't do that: gmail is outside atlas.com."

@@ -17,8 +17,9 @@ from appliance.packs.tools import ToolIndex, validate_tools
 from appliance.task import Task, ToolCall
 
 REQUIRED_FIELDS = ("id", "messages", "expected", "kind", "tags")
-# "tools": per-row OpenAI tools (packs whose tools vary by task); "bfcl": BFCL's ground truth, kept verbatim.
-OPTIONAL_FIELDS = ("fixture", "tools", "bfcl")
+# "tools": per-row OpenAI tools (packs whose tools vary by task); "bfcl": BFCL's ground truth, kept verbatim;
+# "reply": the reference reply of a task that expects no call (what SFT trains on instead of "No action is needed.").
+OPTIONAL_FIELDS = ("fixture", "tools", "bfcl", "reply")
 KINDS = ("single_step", "multi_step")
 ROLES = ("user", "assistant", "tool")
 POLICIES = ("refuse",)
@@ -88,7 +89,7 @@ def parse_row(line: str, tools: ToolIndex | None, rules: RowRules = RowRules()) 
         raise _RowProblem("'fixture' must be a JSON object when present")
     meta = {"bfcl": row["bfcl"]} if "bfcl" in row else {}
     return Task(task_id, messages, expected, row["kind"], tags, fixture,
-                tuple(row_tools) if row_tools is not None else None, meta)
+                tuple(row_tools) if row_tools is not None else None, meta, _check_reply(row.get("reply"), expected))
 
 
 def _check_row_tools(row_tools: Any, pack_tools: ToolIndex | None,
@@ -111,6 +112,16 @@ def _check_fields(row: dict[str, Any]) -> None:
     for field in row:
         if field not in REQUIRED_FIELDS + OPTIONAL_FIELDS:
             raise _RowProblem(f"unknown field '{field}'; rows have {', '.join(REQUIRED_FIELDS + OPTIONAL_FIELDS)}")
+
+
+def _check_reply(reply: Any, expected: tuple[ToolCall, ...]) -> str | None:
+    if reply is None:
+        return None
+    if expected:
+        raise _RowProblem("'reply' is for a task that expects no call; this one expects calls")
+    if not isinstance(reply, str) or not reply.strip() or any(mark in reply for mark in ("{", "```", "<tool_call")):
+        raise _RowProblem("'reply' must be plain text without a tool call (no '{', code fence or <tool_call>)")
+    return reply
 
 
 def _check_id(task_id: Any) -> str:

@@ -55,10 +55,10 @@ class Sample:
 
 
 def reference_sample(task: Any, pack_name: str) -> Sample:
-    """The pack's answer to `task` as a chosen completion: what SFT trains on (render_completion)."""
-    from ..prompting import render_completion
+    """The pack's answer to `task` as a chosen completion: what SFT trains on (reference_answer)."""
+    from ..prompting import reference_answer
 
-    return Sample(task.id, render_completion(task.expected), SUCCESS, REFERENCE_SOURCE, pack_name, None, None)
+    return Sample(task.id, reference_answer(task), SUCCESS, REFERENCE_SOURCE, pack_name, None, None)
 
 
 @dataclass

@@ -105,7 +105,7 @@ def gold_logprobs(pack: Any, model: Any, tokenizer: Any, tasks: list[Any], *, te
     Tasks that share a tool list share their whole prompt head, so they are scored together: one prefill each.
     """
     from ..generate.hf import HFGenerator
-    from ..prompting import render_completion
+    from ..prompting import reference_answer
     from .common import prompt_for
     from .rollout import sampling_mode
 
@@ -118,7 +118,7 @@ def gold_logprobs(pack: Any, model: Any, tokenizer: Any, tasks: list[Any], *, te
     with sampling_mode(model):
         for group in by_tools.values():
             values = generator.completion_logprobs([prompt_for(pack, tokenizer, task) for task in group],
-                                                   [render_completion(task.expected) for task in group],
+                                                   [reference_answer(task) for task in group],
                                                    temperature=temperature)
             logprob.update((task.id, value) for task, value in zip(group, values))
             if on_progress is not None:

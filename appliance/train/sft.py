@@ -3,9 +3,9 @@
 Each train task becomes one prompt/completion pair: the prompt is exactly what
 eval renders (appliance.prompting.render_prompt with the pack's tools), the
 completion is the canonical answer (render_completion of the expected calls)
-that the verifier parses. TRL's SFTTrainer masks the prompt out of the loss
-for prompt/completion datasets and appends the EOS token, so the model also
-learns to stop.
+that the verifier parses, or a no-call task's own `reply` (reference_answer).
+TRL's SFTTrainer masks the prompt out of the loss for prompt/completion
+datasets and appends the EOS token, so the model also learns to stop.
 """
 from __future__ import annotations
 
@@ -21,9 +21,9 @@ from .config import TrainConfig
 
 
 def sft_rows(pack: Any, tokenizer: Any, split: str = "train") -> list[dict[str, str]]:
-    from ..prompting import render_completion
+    from ..prompting import reference_answer
 
-    return [{"prompt": prompt_for(pack, tokenizer, task), "completion": render_completion(task.expected),
+    return [{"prompt": prompt_for(pack, tokenizer, task), "completion": reference_answer(task),
              "task_id": task.id} for task in pack.tasks(split)]
 
 
