@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import filecmp
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -186,21 +187,11 @@ def test_refusal_twins_use_their_action_templates_words_and_differ_only_in_addre
     assert all("@atlas.com" not in t.request and "@" in t.request for t in outside)
 
 
-def test_training_refusals_reply_with_the_detail_that_breaks_the_rule_and_held_out_rows_have_no_reply(single):
-    for split in ("train", "train_rl"):
-        refusals = [t for t in single.tasks(split) if t.out_of_policy]
-        assert refusals and all(t.reply and t.reply.startswith("I can't do that: ") for t in refusals)
-        outside = [t for t in refusals if "atlas.com address" in t.reply]
-        assert outside and all(t.reply.split()[4] in t.request for t in outside)  # the very address asked for
-        assert all(t.reply is None for t in single.tasks(split) if not t.out_of_policy)
-    assert all(t.reply is None for s in ("dev", "val") for t in single.tasks(s))
-
-
-def test_training_teaches_a_refusals_reply_and_the_canonical_answer_otherwise(single):
+def test_training_teaches_a_no_call_tasks_own_reply_and_the_canonical_answer_otherwise(single):
     from appliance.prompting import NO_ACTION_TEXT, reference_answer, render_completion
 
     train = single.tasks("train")
-    refusal = next(t for t in train if t.out_of_policy)
+    refusal = replace(next(t for t in train if t.out_of_policy), reply="I can't do that: it leaves atlas.com.")
     chitchat = next(t for t in train if not t.expected and not t.out_of_policy)
     action = next(t for t in train if t.expected)
     assert reference_answer(refusal) == refusal.reply != NO_ACTION_TEXT

@@ -18,7 +18,6 @@ error.
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 from itertools import cycle
 from random import Random
 from typing import Iterable, Mapping, Sequence
@@ -122,8 +121,6 @@ def _draw_new(kind: str, split: str, template: Template, rng: Random, seen: set[
             expected=draft.expected,
             kind=kind,  # type: ignore[arg-type]
             tags=_tags(template, phrasing),
-            # Training data only: held-out rows stay as they were, and no verdict reads a reply.
-            reply=template.reply(draft.slots) if template.reply and split in TRAIN_SPLITS else None,
         )
     return None
 
@@ -153,7 +150,7 @@ def _tags(template: Template, phrasing: str) -> dict:
 
 
 def _renumber(task: Task, kind: str, split: str, index: int) -> Task:
-    return replace(task, id=f"{ID_PREFIX[kind]}-{split}-{index:04d}")
+    return Task(f"{ID_PREFIX[kind]}-{split}-{index:04d}", task.messages, task.expected, task.kind, task.tags)
 
 
 def _assert_replays(tasks: list[Task]) -> None:

@@ -37,7 +37,6 @@ class Draft:
 
 
 Sampler = Callable[[Random, Entities], "Draft | None"]  # None: this draw does not fit, draw again
-Reply = Callable[[dict[str, str]], str]  # a refusal's slots -> the reply that names the detail breaking the rule
 
 
 @dataclass(frozen=True)
@@ -59,7 +58,6 @@ class Template:
     rl_only: bool = False  # SFT never sees this intent; GRPO trains on all its training phrasings
     in_val: bool = True  # False: no val phrasing (every phrasing is a training one)
     only_in: Literal["val", "dev"] | None = None  # an intent no training split and no other held-out split has
-    reply: Reply | None = None  # a refusal's training reply; None: "No action is needed."
 
     def phrasings_for(self, split: str) -> tuple[str, ...]:
         """The phrasings a split may use (see the module docstring); () when the split has none."""
