@@ -75,7 +75,7 @@ def render_prompt(
 
 
 def reference_answer(task: Any) -> str:
-    """What training teaches for `task`: its own reply when it expects no call and has one, else the canonical answer."""
+    """What training teaches for `task`: a no-call task's own reply when it has one, else the canonical answer."""
     return task.reply if not task.expected and task.reply else render_completion(task.expected)
 
 

@@ -45,14 +45,14 @@ def grpo_rows(pack: Any, tokenizer: Any, split: str = "train") -> list[dict[str,
 def warn_unreachable_answers(run: Any, tokenizer: Any, split: str) -> int:
     """Warn when expected answers are longer than the sampling budget: those tasks can never score."""
     from ..events import Log
-    from ..prompting import reference_answer
+    from ..prompting import render_completion
 
     if is_multi_turn(run.pack):  # a turn holds one call, not the whole expected list
         return 0
     budget = run.config.max_completion_tokens
     tasks = run.pack.tasks(split)
     too_long = [task for task in tasks  # + 1: the end-of-turn token
-                if len(tokenizer(reference_answer(task), add_special_tokens=False)["input_ids"]) + 1 > budget]
+                if len(tokenizer(render_completion(task.expected), add_special_tokens=False)["input_ids"]) + 1 > budget]
     if too_long:
         run.emit(Log(run_id=run.run_id, level="warning", message=(
             f"{len(too_long)} of {len(tasks)} {split} tasks need more than max_completion_tokens={budget} tokens "
