@@ -123,6 +123,33 @@ async def test_audit_keys_record_labels_in_the_store_and_update_agreement(tmp_pa
         assert [json.loads(line)["note"] for line in exported].count("reward too harsh") == 1
 
 
+async def test_a_slow_earlier_save_never_leaves_an_older_agreement_on_screen(tmp_path, monkeypatch):
+    import time
+
+    from appliance import audit
+
+    agreement, calls = audit.agreement, []
+
+    def first_one_late(*args, **kwargs):  # the first save's agreement is computed, then delivered late
+        result = agreement(*args, **kwargs)
+        calls.append(result["n"])
+        if len(calls) == 1:
+            time.sleep(0.5)
+        return result
+
+    monkeypatch.setattr(audit, "agreement", first_one_late)
+    app, _, data = build_app(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await app.switch_mode("audit")
+        await settle(app, pilot)
+        calls.clear()  # opening the screen drew the agreement once
+        await pilot.press("a", "d")
+        await settle(app, pilot)
+        assert calls == [1, 2]
+        total = cell_texts(app.screen.query_one("#agreement", DataTable))[-1]
+        assert total[0] == "all" and total[1] == "2"
+
+
 async def test_train_step_metrics_draw_charts_and_an_alarm_raises_the_banner(tmp_path):
     app, engine, _ = build_app(tmp_path, train=train_script())
     async with app.run_test(size=SIZE) as pilot:

@@ -9,6 +9,7 @@ and success; it opens on the newest finished eval, never on a failed one.
 """
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -69,6 +70,9 @@ class AuditScreen(Screen):
         self.samples: list[dict[str, Any]] = []
         self.labels: dict[tuple[str, int], dict[str, Any]] = {}
         self.position = 0
+        # Saves run in worker threads: one at a time, so each posts an agreement that counts every label stored
+        # before it, in order, and a slow earlier save can never overwrite a newer agreement with an older one.
+        self._save_lock = threading.Lock()
 
     def compose(self) -> ComposeResult:
         yield NavBar("Audit")
@@ -152,8 +156,9 @@ class AuditScreen(Screen):
     @work(thread=True, exit_on_error=False, group="audit-save")
     def save_label(self, eval_id: str, sample: dict[str, Any], row: dict[str, Any]) -> None:
         data = self.app.data
-        audit.record_labels(data, eval_id, [sample], [row], auditor=AUDITOR)
-        self.post_message(self.Agreement(eval_id, audit.agreement(data, eval_id)))
+        with self._save_lock:
+            audit.record_labels(data, eval_id, [sample], [row], auditor=AUDITOR)
+            self.post_message(self.Agreement(eval_id, audit.agreement(data, eval_id)))
 
     def action_move(self, step: int) -> None:
         if self.samples:
