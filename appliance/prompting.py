@@ -76,7 +76,7 @@ def render_prompt(
 
 def reference_answer(task: Any) -> str:
     """What training teaches for `task`: a no-call task's own reply when it has one, else the canonical answer."""
-    return task.reply if not task.expected and task.reply else render_completion(task.expected)
+    return task.reply or render_completion(task.expected)  # loading a pack keeps `reply` to no-call tasks
 
 
 def render_completion(calls: Iterable[ToolCall | dict[str, Any]]) -> str:

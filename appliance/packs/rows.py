@@ -14,6 +14,7 @@ from typing import Any, Iterator
 from appliance.errors import PackError
 from appliance.packs.manifest import display_path
 from appliance.packs.tools import ToolIndex, validate_tools
+from appliance.parsing import parse_tool_calls
 from appliance.task import Task, ToolCall
 
 REQUIRED_FIELDS = ("id", "messages", "expected", "kind", "tags")
@@ -119,7 +120,8 @@ def _check_reply(reply: Any, expected: tuple[ToolCall, ...]) -> str | None:
         return None
     if expected:
         raise _RowProblem("'reply' is for a task that expects no call; this one expects calls")
-    if not isinstance(reply, str) or not reply.strip() or any(mark in reply for mark in ("{", "```", "<tool_call")):
+    # "prose" is what the verifier reads as a deliberate no-call answer: words, no call attempt
+    if not isinstance(reply, str) or not reply.strip() or parse_tool_calls(reply).shape != "prose":
         raise _RowProblem("'reply' must be plain text without a tool call (no '{', code fence or <tool_call>)")
     return reply
 
