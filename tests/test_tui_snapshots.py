@@ -11,9 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
-from textual.worker import WorkerCancelled
 
-from test_tui_support import build_app, eval_script, train_script
+from test_tui_support import build_app, eval_script, settle, train_script
 
 SIZE = (100, 30)
 
@@ -38,22 +37,13 @@ def utc_clock():
     time.tzset()
 
 
-async def settle(pilot) -> None:
-    for _ in range(3):
-        try:
-            await pilot.app.workers.wait_for_complete()
-        except WorkerCancelled:
-            pass
-        await pilot.pause()
-
-
 def on_screen(mode: str, *keys: str):
     async def run_before(pilot) -> None:
         await pilot.app.switch_mode(mode)
-        await settle(pilot)
+        await settle(pilot.app, pilot)
         for key in keys:
             await pilot.press(key)
-            await settle(pilot)
+            await settle(pilot.app, pilot)
         pilot.app.clear_notifications()  # toasts time out; keep the screen itself
         await pilot.wait_for_scheduled_animations()
         await pilot.pause()

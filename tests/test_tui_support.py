@@ -164,11 +164,21 @@ def visible_text(app) -> str:
     return "\n".join(lines)
 
 
-async def settle(app, pilot) -> None:
-    """Let workers finish and their messages land (no sleeps)."""
-    for _ in range(3):
+async def settle(app, pilot, quiet_rounds: int = 3, max_rounds: int = 60) -> None:
+    """Let workers finish and their messages land (no sleeps).
+
+    A handler may start a worker whose message starts another (an eval's result reloads the list, which
+    re-selects the eval, which reloads its samples), so a fixed number of rounds is a race on a loaded
+    machine. Settle until several rounds in a row find no unfinished worker.
+    """
+    quiet = 0
+    for _ in range(max_rounds):
         try:
             await app.workers.wait_for_complete()
         except WorkerCancelled:  # an exclusive worker replaced by a newer one
             pass
         await pilot.pause()
+        busy = any(not worker.is_finished for worker in app.workers)
+        quiet = 0 if busy else quiet + 1
+        if quiet >= quiet_rounds:
+            return
