@@ -1,12 +1,15 @@
 """SFT steps on a real pack with and without the frozen-head cache (appliance.train.frozen_heads).
 
-Runs the same short SFT from the same seed (same batches, same LoRA init) with the
-cache switched off and as the cpu backend trains, alternating, after one warm-up
-run that is not counted (the first run in a process also builds the CPU kernels
-for each batch shape; session 9's first version of this bench ran plain first
-and so reported 1.57x where `make run` then measured 1.06x). Prints the median
-seconds per step of each (every run's first step left out), their ratio, and
-how far the losses drifted apart (bf16 autocast: other GEMM shapes, not bitwise).
+Runs the same short SFT from the same seed (same batches, same LoRA init) three
+ways, after one warm-up run that is not counted (the first run in a process also
+builds the CPU kernels for each batch shape; session 9's first version of this
+bench ran plain first and so reported 1.57x where `make run` then measured
+1.06x): `plain` (no cache), `lower_only` (the frozen lower layers skip the shared
+heads; every row runs its whole sequence through the adapted layers, as before
+session 16) and `shared` (as the cpu backend trains: each head also runs through
+the adapted layers once per step for all its rows). Prints the median seconds per
+step of each (every run's first step left out), their ratios, and how far the
+losses drifted apart (bf16 autocast: other GEMM shapes, not bitwise).
 
     .venv/bin/python bench/bench_sft_heads.py [--pack workplace-single] [--steps 6] [--rounds 1]
 """
@@ -20,7 +23,10 @@ import tempfile
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads; see bench_generate.py
 
 
-def run(pack: str, steps: int, root: str, cached: bool) -> tuple[list[float], list[float]]:
+MODES = ("plain", "lower_only", "shared")  # no cache; lower layers cached; lower cached and heads shared above
+
+
+def run(pack: str, steps: int, root: str, mode: str) -> tuple[list[float], list[float]]:
     from appliance.events import StepMetrics
     from appliance.train import TrainConfig, cpu
     from appliance.train.sft import run_sft
@@ -34,8 +40,14 @@ def run(pack: str, steps: int, root: str, cached: bool) -> tuple[list[float], li
             losses.append(float(event.metrics["loss"]))
 
     original = cpu.reuse_frozen_heads
-    if not cached:
-        cpu.reuse_frozen_heads = lambda *args: None
+
+    def lower_only(*args):
+        cache = original(*args)
+        if cache is not None:
+            cache.share_adapted = False  # every row runs its whole sequence through the adapted layers
+        return cache
+
+    cpu.reuse_frozen_heads = {"plain": lambda *args: None, "lower_only": lower_only, "shared": original}[mode]
     try:
         config = TrainConfig(pack=pack, steps=steps, eval_every=steps,
                              output=os.path.join(root, "checkpoints"), workspace=os.path.join(root, "runs"))
@@ -51,23 +63,25 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--rounds", type=int, default=1)
     args = parser.parse_args()
-    plain_steps: list[float] = []
-    cached_steps: list[float] = []
+    steps: dict[str, list[float]] = {mode: [] for mode in MODES}
+    losses: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory() as root:
-        run(args.pack, args.steps, os.path.join(root, "warm-up"), cached=False)
+        run(args.pack, args.steps, os.path.join(root, "warm-up"), "plain")
         for round_index in range(args.rounds):
-            seconds, plain_losses = run(args.pack, args.steps, os.path.join(root, f"plain-{round_index}"), cached=False)
-            plain_steps += seconds
-            seconds, cached_losses = run(args.pack, args.steps, os.path.join(root, f"cached-{round_index}"), cached=True)
-            cached_steps += seconds
-    plain, cached = statistics.median(plain_steps), statistics.median(cached_steps)
-    print(f"plain_step_s: {plain:.2f}")
-    print(f"frozen_heads_step_s: {cached:.2f}")
-    print(f"speedup: {plain / cached:.2f}")
-    print(f"max_loss_difference: {max(abs(a - b) for a, b in zip(plain_losses, cached_losses)):.4f}")
-    print(f"losses_plain: {' '.join(f'{x:.4f}' for x in plain_losses)}")
-    print(f"losses_frozen_heads: {' '.join(f'{x:.4f}' for x in cached_losses)}")
-
+            for mode in MODES:
+                seconds, losses[mode] = run(args.pack, args.steps, os.path.join(root, f"{mode}-{round_index}"), mode)
+                steps[mode] += seconds
+    median = {mode: statistics.median(values) for mode, values in steps.items()}
+    print(f"plain_step_s: {median['plain']:.2f}")
+    print(f"frozen_lower_only_step_s: {median['lower_only']:.2f}")
+    print(f"frozen_heads_step_s: {median['shared']:.2f}")
+    print(f"speedup: {median['plain'] / median['shared']:.2f}")
+    print(f"speedup_shared_vs_lower_only: {median['lower_only'] / median['shared']:.2f}")
+    for mode in MODES[1:]:
+        drift = max(abs(a - b) for a, b in zip(losses["plain"], losses[mode]))
+        print(f"max_loss_difference_{mode}: {drift:.4f}")
+    for mode in MODES:
+        print(f"losses_{mode}: {' '.join(f'{x:.4f}' for x in losses[mode])}")
 
 if __name__ == "__main__":
     main()

@@ -9,9 +9,10 @@ TRL's fused LM head with a PEFT LoRA, under bf16 autocast, alternating:
 * `appliance`: no checkpointing and only the labelled positions projected
   (`appliance.train.cpu`), LoRA on the last third of the layers;
 * `appliance_all_layers`: the same with LoRA on every layer;
-* `appliance_frozen_heads`: `appliance` plus the frozen lower layers skipped on the
-  rows' shared heads (appliance.train.frozen_heads): two heads of 560 tokens, four
-  rows each, as a pack's system prompt + tool list (90% of workplace-single's SFT tokens).
+* `appliance_frozen_heads`: `appliance` plus the rows' shared heads computed once
+  (appliance.train.frozen_heads: the frozen lower layers skip them, the adapted
+  layers run each once for its rows): two heads of 560 tokens, four rows each, as a
+  pack's system prompt + tool list (90% of workplace-single's SFT tokens).
 
     .venv/bin/python bench/bench_train_step.py [--model smollm2-135m] [--rounds 3]
 

@@ -10,7 +10,7 @@ from appliance.tiny import build_tiny_model  # noqa: E402
 from appliance.train.frozen_heads import first_trained_layer, install_frozen_heads  # noqa: E402
 
 
-def _lora_model(layers: int = 6, adapted: list[int] | None = None):
+def _lora_model(layers: int = 6, adapted: list[int] | None = None, dropout: float = 0.0):
     from peft import LoraConfig, get_peft_model
     from trl.trainer.utils import add_fused_lm_head
 
@@ -18,7 +18,7 @@ def _lora_model(layers: int = 6, adapted: list[int] | None = None):
     model.config._attn_implementation = "sdpa"
     add_fused_lm_head(model)
     targets = adapted if adapted is not None else list(range(layers - 2, layers))
-    lora = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],
+    lora = LoraConfig(r=4, lora_alpha=8, lora_dropout=dropout, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],
                       layers_to_transform=targets, task_type="CAUSAL_LM")
     model = get_peft_model(model, lora)
     for name, param in model.named_parameters():  # a non-zero LoRA B, so the adapted layers matter
@@ -67,11 +67,30 @@ def test_cached_heads_give_the_plain_forwards_loss_and_gradients(left):
     assert cache is not None and cache.split == 4
     loss, grads = _loss_and_grads(model, ids, mask, labels)
     assert cache.stats.forwards == 1 and cache.stats.rows_from_cache == 4
+    assert cache.share_adapted and cache.stats.head_passes == 2  # A and B through the adapted layers once each
     assert torch.allclose(loss, plain_loss, atol=1e-5)
     for name, grad in plain_grads.items():
         assert torch.allclose(grads[name], grad, atol=1e-5), name
     again, _ = _loss_and_grads(model, ids, mask, labels)  # second step: the heads come from the cache
     assert torch.allclose(again, plain_loss, atol=1e-5) and cache.stats.forwards == 2
+
+
+def test_with_dropout_every_row_runs_the_adapted_layers_itself():
+    """Dropout draws a mask per row: a shared head pass would give rows one mask, so it is not used."""
+    generator = torch.Generator().manual_seed(2)
+    head = torch.randint(3, 300, (30,), generator=generator).tolist()
+    tails = [torch.randint(3, 300, (n,), generator=generator).tolist() for n in (6, 9)]
+    ids, mask, labels = _batch([head, head], tails)
+    model = _lora_model(dropout=0.1)
+    model.eval()  # dropout off, so the two paths can be compared exactly; the graph is still built
+    plain_loss, plain_grads = _loss_and_grads(model, ids, mask, labels)
+    cache = install_frozen_heads(model, [head + [1], head + [2]])
+    assert cache is not None and not cache.share_adapted
+    loss, grads = _loss_and_grads(model, ids, mask, labels)
+    assert cache.stats.forwards == 1 and cache.stats.head_passes == 0
+    assert torch.allclose(loss, plain_loss, atol=1e-5)
+    for name, grad in plain_grads.items():
+        assert torch.allclose(grads[name], grad, atol=1e-5), name
 
 
 def test_heads_are_the_prefixes_groups_of_prompts_share():

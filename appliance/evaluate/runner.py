@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
@@ -119,13 +120,19 @@ class _Session:
             self.sink(Progress(run_id=self.eval_id, stage="eval", done=done, total=len(tasks)))
 
     def _batches_by_tools(self, tasks: Sequence[Task], lengths: dict[str, int], size: int) -> list[Sequence[Task]]:
-        """Full batches in tool-list order, and by prompt length within one list.
+        """Full batches in tool-list order, and by prompt length within one list; tasks whose tool list no
+        other task shares come last, in length order.
 
         A batch then holds few tool lists, and the generator prefills each list's
         common head once for all its rows; length order keeps the padding small.
+        A list of its own has no head to share, so only padding matters there:
+        BFCL's gate (135 lists for 140 tasks) took 238 s in task order and 195 s in
+        length order, with the same answers (base model, 2 cores; session 16).
         """
         lists = {task.id: json.dumps(self.pack.tools_for(task), sort_keys=True, default=str) for task in tasks}
-        rank = {key: index for index, key in enumerate(dict.fromkeys(lists.values()))}
+        shared = Counter(lists.values())
+        rank = {key: index if shared[key] > 1 else len(shared)
+                for index, key in enumerate(dict.fromkeys(lists.values()))}
         return _chunks(sorted(tasks, key=lambda t: (rank[lists[t.id]], lengths[t.id])), size)
 
     def run_multi_step(self, tasks: Sequence[Task]) -> None:

@@ -1,15 +1,19 @@
-"""Training forwards that skip the frozen lower layers on the prompt heads every example shares.
+"""Training forwards that compute the prompt heads every example shares once, not once per row.
 
 A CPU LoRA covers only the last third of the layers (cpu.py), and a pack's
 prompts share a few long heads (system prompt + tool list: 6 heads make up 90%
 of workplace-single's SFT tokens). Below the first adapted layer nothing is
 trained, so a head's keys, values and hidden state there are the same at every
-step: they are computed once per head and reused. Each training forward then
-runs the lower layers only on the rows' own tails (attending to the cached
-head keys and values) and the adapted layers on the whole sequence, as before.
-Causal attention makes this exact: a head's activations never depend on what
-follows it. Gradients are unchanged, since no gradient flows below the first
-adapted layer anyway.
+step: they are computed once per head and reused. In the adapted layers a head's
+activations change every step but are the same in every row that starts with
+it, so each training forward runs each distinct head through them once (a batch
+of one, with a graph) and every row's own tail after that head's keys and
+values. The rows' tails are all the per-row work left: the lower layers see the
+tails only (after the cached head keys and values), and the adapted layers the
+tails plus one pass per head. Causal attention makes this exact: a head's
+activations never depend on what follows it, and autograd sums every row's
+gradient into the head pass it shares. Adapted layers with dropout (a mask per
+row) run on every row's whole sequence instead.
 
 It patches the backbone's `forward` on one model instance and steps aside
 (calls the original) for anything it does not cover: forwards without grad
@@ -43,6 +47,7 @@ class HeadStats:
     forwards: int = 0  # forwards that took the fast path
     rows_from_cache: int = 0
     tokens_skipped: int = 0  # head tokens the lower layers did not recompute
+    head_passes: int = 0  # heads run through the adapted layers once for all the rows that share them
 
 
 class FrozenHeadCache:
@@ -51,6 +56,9 @@ class FrozenHeadCache:
     def __init__(self, backbone: Any, first_trained_layer: int, heads: list[list[int]]) -> None:
         self.backbone = backbone
         self.split = first_trained_layer
+        # Dropout draws a mask per row, so rows may share a head's adapted pass only without it.
+        self.share_adapted = (not _has_dropout(backbone.layers[first_trained_layer:])
+                              and not getattr(backbone.config, "attention_dropout", 0.0))
         self.heads = [_Head(tokens=list(tokens)) for tokens in sorted(heads, key=len, reverse=True)]
         self.stats = HeadStats()
 
@@ -124,27 +132,84 @@ class FrozenHeadCache:
             for layer in self.backbone.layers[:self.split]:
                 hidden = layer(hidden, attention_mask=lower_mask, position_ids=tail_pos, past_key_values=cache,
                                use_cache=True, position_embeddings=rope)
-            # Back in the caller's layout (so the adapted layers do exactly the plain forward's work): each
-            # row's head hidden states from the cache, then its tail's.
-            full = hidden.new_zeros((rows, total, hidden.shape[-1]))
-            for row, ((start, length, _), head, size) in enumerate(zip(plan, heads, sizes)):
-                if head is not None:
-                    full[row, start:start + size] = head.hidden[0].to(hidden.dtype)
-                full[row, start + size:start + length] = hidden[row, :length - size]
-
-        # Adapted layers: the whole sequence, positions as the plain forward numbers them, no cache.
-        positions = position_ids if position_ids is not None else torch.arange(total, device=device).unsqueeze(0)
-        full_mask = _attention_mask(real, query_start=0)
-        rope = self.backbone.rotary_emb(full, position_ids=positions)
-        hidden = full
-        for layer in self.backbone.layers[self.split:]:
-            hidden = layer(hidden, attention_mask=full_mask, position_ids=positions, past_key_values=None,
-                           use_cache=False, position_embeddings=rope)
-        last = self.backbone.norm(hidden)
+        if self.share_adapted:
+            hidden, outputs = self._adapted_shared(heads, sizes, width, hidden, lower_mask, tail_pos)
+            full = self._caller_layout(plan, heads, sizes, hidden, total, lambda h: outputs[id(h)])
+        else:
+            full = self._adapted_full(plan, heads, sizes, hidden, real, position_ids, total)
+        last = self.backbone.norm(full)
         self.stats.forwards += 1
         self.stats.rows_from_cache += sum(1 for s in sizes if s)
         self.stats.tokens_skipped += sum(sizes)
         return BaseModelOutputWithPast(last_hidden_state=last, past_key_values=None)
+
+    def _adapted_shared(self, heads: list[_Head | None], sizes: list[int], width: int, tails: Any, mask: Any,
+                        tail_pos: Any) -> tuple[Any, dict[int, Any]]:
+        """The adapted layers with a graph, each distinct head run once (a batch of one) and every row's tail
+        after its head's keys and values, as the lower layers run without one.
+
+        Returns the tails' output and each head's (by id). Exact like the lower layers: causal attention
+        means a head's activations never depend on what follows it, and autograd sums each row's
+        gradient into the one head pass it shares.
+        """
+        from transformers import DynamicCache
+
+        passes = {id(head): self._adapted_head(head) for head in heads if head is not None}
+        cache = DynamicCache(config=self.backbone.config)
+        for offset, layer in enumerate(range(self.split, len(self.backbone.layers))):
+            cache.update(self._stacked(heads, sizes, width, lambda h: passes[id(h)].keys[offset]),
+                         self._stacked(heads, sizes, width, lambda h: passes[id(h)].values[offset]), layer)
+        rope = self.backbone.rotary_emb(tails, position_ids=tail_pos)
+        hidden = tails
+        for layer in self.backbone.layers[self.split:]:
+            hidden = layer(hidden, attention_mask=mask, position_ids=tail_pos, past_key_values=cache, use_cache=True,
+                           position_embeddings=rope)
+        self.stats.head_passes += len(passes)
+        return hidden, {key: head_pass.hidden for key, head_pass in passes.items()}
+
+    def _adapted_head(self, head: _Head) -> _Head:
+        """One head through the adapted layers with a graph: its keys and values per layer, and its output."""
+        import torch
+        from transformers import DynamicCache
+
+        cache = DynamicCache(config=self.backbone.config)
+        hidden = head.hidden
+        positions = torch.arange(hidden.shape[1], device=hidden.device).unsqueeze(0)
+        causal = _attention_mask(torch.ones(hidden.shape[:2], dtype=torch.bool, device=hidden.device), query_start=0)
+        rope = self.backbone.rotary_emb(hidden, position_ids=positions)
+        for layer in self.backbone.layers[self.split:]:
+            hidden = layer(hidden, attention_mask=causal, position_ids=positions, past_key_values=cache,
+                           use_cache=True, position_embeddings=rope)
+        adapted = range(self.split, len(self.backbone.layers))
+        return _Head(tokens=head.tokens, keys=[cache.layers[i].keys for i in adapted],
+                     values=[cache.layers[i].values for i in adapted], hidden=hidden)
+
+    def _adapted_full(self, plan: list[tuple[int, int, int]], heads: list[_Head | None], sizes: list[int], tails: Any,
+                      real: Any, position_ids: Any, total: int) -> Any:
+        """The adapted layers on every row's whole sequence, as the plain forward runs them: for adapted
+        layers whose training forward differs row by row (dropout), where a shared head pass would not be exact."""
+        import torch
+
+        with torch.no_grad():
+            full = self._caller_layout(plan, heads, sizes, tails, total, lambda h: h.hidden)
+        positions = position_ids if position_ids is not None else torch.arange(total, device=full.device).unsqueeze(0)
+        rope = self.backbone.rotary_emb(full, position_ids=positions)
+        hidden = full
+        for layer in self.backbone.layers[self.split:]:
+            hidden = layer(hidden, attention_mask=_attention_mask(real, query_start=0), position_ids=positions,
+                           past_key_values=None, use_cache=False, position_embeddings=rope)
+        return hidden
+
+    @staticmethod
+    def _caller_layout(plan: list[tuple[int, int, int]], heads: list[_Head | None], sizes: list[int], tails: Any,
+                       total: int, head_output: Callable[[_Head], Any]) -> Any:
+        """(rows, total, hidden) in the caller's columns: each row's head part (`head_output`), then its tail's."""
+        full = tails.new_zeros((len(plan), total, tails.shape[-1]))
+        for row, ((start, length, _), head, size) in enumerate(zip(plan, heads, sizes)):
+            if head is not None:
+                full[row, start:start + size] = head_output(head)[0].to(tails.dtype)
+            full[row, start + size:start + length] = tails[row, :length - size]
+        return full
 
     def _layout(self, input_ids: Any, plan: list[tuple[int, int, int]], sizes: list[int], width: int,
                 tail: int) -> tuple[Any, ...]:
@@ -192,6 +257,13 @@ class FrozenHeadCache:
         head.keys = [cache.layers[i].keys for i in range(self.split)]
         head.values = [cache.layers[i].values for i in range(self.split)]
         head.hidden = hidden
+
+
+def _has_dropout(layers: Any) -> bool:
+    """Whether any module in `layers` drops activations at random in training (a dropout with p > 0)."""
+    import torch
+
+    return any(isinstance(module, torch.nn.Dropout) and module.p > 0 for module in layers.modules())
 
 
 def _attention_mask(key_real: Any, query_start: int) -> Any:
