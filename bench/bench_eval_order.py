@@ -19,9 +19,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import time
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see bench_generate.py
+
+from bench_eval_batches import run  # greedy, 96 new tokens, timed; this script runs from bench/
 
 from appliance.evaluate.runner import EvalSettings, _Session
 from appliance.events import null_sink
@@ -30,12 +31,6 @@ from appliance.packs.pack import load_pack
 from appliance.prompting import render_prompt
 
 BATCH = 32
-
-
-def run(generator: HFGenerator, batches: list[list[str]]) -> tuple[float, list[str]]:
-    started = time.perf_counter()
-    texts = [samples[0].text for batch in batches for samples in generator.generate(batch, max_new_tokens=96)]
-    return time.perf_counter() - started, texts
 
 
 def main() -> None:
