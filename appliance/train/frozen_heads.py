@@ -112,8 +112,7 @@ class FrozenHeadCache:
             if head is not None and head.hidden is None:
                 self._prefill(head)
         sizes = [len(head.tokens) if head else 0 for head in heads]
-        rows, total = input_ids.shape
-        device = input_ids.device
+        total = input_ids.shape[1]
         width, tail = max(sizes), max(length - size for (_, length, _), size in zip(plan, sizes))
         head_real, tail_ids, tail_real, tail_pos = self._layout(input_ids, plan, sizes, width, tail)
 
@@ -194,10 +193,11 @@ class FrozenHeadCache:
             full = self._caller_layout(plan, heads, sizes, tails, total, lambda h: h.hidden)
         positions = position_ids if position_ids is not None else torch.arange(total, device=full.device).unsqueeze(0)
         rope = self.backbone.rotary_emb(full, position_ids=positions)
+        mask = _attention_mask(real, query_start=0)
         hidden = full
         for layer in self.backbone.layers[self.split:]:
-            hidden = layer(hidden, attention_mask=_attention_mask(real, query_start=0), position_ids=positions,
-                           past_key_values=None, use_cache=False, position_embeddings=rope)
+            hidden = layer(hidden, attention_mask=mask, position_ids=positions, past_key_values=None, use_cache=False,
+                           position_embeddings=rope)
         return hidden
 
     @staticmethod
