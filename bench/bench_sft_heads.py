@@ -83,5 +83,6 @@ def main() -> None:
     for mode in MODES:
         print(f"losses_{mode}: {' '.join(f'{x:.4f}' for x in losses[mode])}")
 
+
 if __name__ == "__main__":
     main()

@@ -126,8 +126,9 @@ class _Session:
         A batch then holds few tool lists, and the generator prefills each list's
         common head once for all its rows; length order keeps the padding small.
         A list of its own has no head to share, so only padding matters there:
-        BFCL's gate (135 lists for 140 tasks) took 238 s in task order and 195 s in
-        length order, with the same answers (base model, 2 cores; session 16).
+        on BFCL's gate (135 lists for 140 tasks) this order took 185.9 s against
+        231.6 s in task order, with the same answers (`bench/bench_eval_order.py`,
+        base model, 2 cores; session 16).
         """
         lists = {task.id: json.dumps(self.pack.tools_for(task), sort_keys=True, default=str) for task in tasks}
         shared = Counter(lists.values())

@@ -118,19 +118,10 @@ class FrozenHeadCache:
 
         # Lower layers: the tails only, after their heads' cached keys and values. Nothing below the first
         # adapted layer trains, so no graph is needed here.
-        from transformers import DynamicCache
-
+        lower_mask = _attention_mask(torch.cat([head_real, tail_real], dim=1), query_start=width)
         with torch.no_grad():
-            cache = DynamicCache(config=self.backbone.config)
-            for layer in range(self.split):
-                cache.update(self._stacked(heads, sizes, width, lambda h: h.keys[layer]),
-                             self._stacked(heads, sizes, width, lambda h: h.values[layer]), layer)
-            hidden = self.backbone.embed_tokens(tail_ids)
-            lower_mask = _attention_mask(torch.cat([head_real, tail_real], dim=1), query_start=width)
-            rope = self.backbone.rotary_emb(hidden, position_ids=tail_pos)
-            for layer in self.backbone.layers[:self.split]:
-                hidden = layer(hidden, attention_mask=lower_mask, position_ids=tail_pos, past_key_values=cache,
-                               use_cache=True, position_embeddings=rope)
+            hidden = self._tails_through(range(self.split), self.backbone.embed_tokens(tail_ids), heads, sizes, width,
+                                         lambda h: h, lower_mask, tail_pos)
         if self.share_adapted:
             hidden, outputs = self._adapted_shared(heads, sizes, width, hidden, lower_mask, tail_pos)
             full = self._caller_layout(plan, heads, sizes, hidden, total, lambda h: outputs[id(h)])
@@ -151,37 +142,43 @@ class FrozenHeadCache:
         means a head's activations never depend on what follows it, and autograd sums each row's
         gradient into the one head pass it shares.
         """
-        from transformers import DynamicCache
-
-        passes = {id(head): self._adapted_head(head) for head in heads if head is not None}
-        cache = DynamicCache(config=self.backbone.config)
-        for offset, layer in enumerate(range(self.split, len(self.backbone.layers))):
-            cache.update(self._stacked(heads, sizes, width, lambda h: passes[id(h)].keys[offset]),
-                         self._stacked(heads, sizes, width, lambda h: passes[id(h)].values[offset]), layer)
-        rope = self.backbone.rotary_emb(tails, position_ids=tail_pos)
-        hidden = tails
-        for layer in self.backbone.layers[self.split:]:
-            hidden = layer(hidden, attention_mask=mask, position_ids=tail_pos, past_key_values=cache, use_cache=True,
-                           position_embeddings=rope)
+        adapted = range(self.split, len(self.backbone.layers))
+        passes = {id(head): _Head(head.tokens, *self._head_through(adapted, head.hidden))
+                  for head in heads if head is not None}
+        hidden = self._tails_through(adapted, tails, heads, sizes, width, lambda h: passes[id(h)], mask, tail_pos)
         self.stats.head_passes += len(passes)
         return hidden, {key: head_pass.hidden for key, head_pass in passes.items()}
 
-    def _adapted_head(self, head: _Head) -> _Head:
-        """One head through the adapted layers with a graph: its keys and values per layer, and its output."""
+    def _head_through(self, layers: range, hidden: Any) -> tuple[list[Any], list[Any], Any]:
+        """One head's hidden states (a batch of one, positions from 0) through `layers`: (keys, values) per
+        layer and the output. Builds a graph unless the caller turned grad off."""
         import torch
         from transformers import DynamicCache
 
         cache = DynamicCache(config=self.backbone.config)
-        hidden = head.hidden
         positions = torch.arange(hidden.shape[1], device=hidden.device).unsqueeze(0)
         causal = _attention_mask(torch.ones(hidden.shape[:2], dtype=torch.bool, device=hidden.device), query_start=0)
         rope = self.backbone.rotary_emb(hidden, position_ids=positions)
-        for layer in self.backbone.layers[self.split:]:
-            hidden = layer(hidden, attention_mask=causal, position_ids=positions, past_key_values=cache,
-                           use_cache=True, position_embeddings=rope)
-        adapted = range(self.split, len(self.backbone.layers))
-        return _Head(tokens=head.tokens, keys=[cache.layers[i].keys for i in adapted],
-                     values=[cache.layers[i].values for i in adapted], hidden=hidden)
+        for index in layers:
+            hidden = self.backbone.layers[index](hidden, attention_mask=causal, position_ids=positions,
+                                                 past_key_values=cache, use_cache=True, position_embeddings=rope)
+        return [cache.layers[i].keys for i in layers], [cache.layers[i].values for i in layers], hidden
+
+    def _tails_through(self, layers: range, hidden: Any, heads: list[_Head | None], sizes: list[int], width: int,
+                       kv_of: Callable[[_Head], _Head], mask: Any, tail_pos: Any) -> Any:
+        """The rows' tails through `layers`, each after its head's keys and values (`kv_of(head)` holds them,
+        one per layer of `layers`; stacked here right-aligned in `width` columns)."""
+        from transformers import DynamicCache
+
+        cache = DynamicCache(config=self.backbone.config)
+        for offset, index in enumerate(layers):
+            cache.update(self._stacked(heads, sizes, width, lambda h: kv_of(h).keys[offset]),
+                         self._stacked(heads, sizes, width, lambda h: kv_of(h).values[offset]), index)
+        rope = self.backbone.rotary_emb(hidden, position_ids=tail_pos)
+        for index in layers:
+            hidden = self.backbone.layers[index](hidden, attention_mask=mask, position_ids=tail_pos,
+                                                 past_key_values=cache, use_cache=True, position_embeddings=rope)
+        return hidden
 
     def _adapted_full(self, plan: list[tuple[int, int, int]], heads: list[_Head | None], sizes: list[int], tails: Any,
                       real: Any, position_ids: Any, total: int) -> Any:
@@ -242,21 +239,10 @@ class FrozenHeadCache:
     def _prefill(self, head: _Head) -> None:
         """Run the lower layers once on a head (no grad) and keep their keys, values and output."""
         import torch
-        from transformers import DynamicCache
 
         ids = torch.tensor([head.tokens], device=self.backbone.embed_tokens.weight.device)
-        cache = DynamicCache(config=self.backbone.config)
-        positions = torch.arange(ids.shape[1], device=ids.device).unsqueeze(0)
         with torch.no_grad():
-            hidden = self.backbone.embed_tokens(ids)
-            rope = self.backbone.rotary_emb(hidden, position_ids=positions)
-            causal = _attention_mask(torch.ones_like(ids, dtype=torch.bool), query_start=0)
-            for layer in self.backbone.layers[:self.split]:
-                hidden = layer(hidden, attention_mask=causal, position_ids=positions, past_key_values=cache,
-                               use_cache=True, position_embeddings=rope)
-        head.keys = [cache.layers[i].keys for i in range(self.split)]
-        head.values = [cache.layers[i].values for i in range(self.split)]
-        head.hidden = hidden
+            head.keys, head.values, head.hidden = self._head_through(range(self.split), self.backbone.embed_tokens(ids))
 
 
 def _has_dropout(layers: Any) -> bool:
