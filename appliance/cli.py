@@ -219,6 +219,7 @@ _TRAIN_FLAGS = (  # (flag, TrainConfig field, type, the stages that take it; Non
     ("--reward", "reward", str, ("grpo",)), ("--task-selection", "task_selection", str, ("grpo",)),
     ("--screen-limit", "screen_limit", int, ("grpo",)),
     ("--max-no-call-share", "max_no_call_share", float, ("grpo",)),
+    ("--guide-failed-groups", "guide_failed_groups", bool, ("grpo",)),
     ("--pairs-from", "pairs_from", str, ("dpo",)), ("--pairs-per-task", "pairs_per_task", int, ("dpo",)),
     ("--min-pairs", "min_pairs", int, ("dpo",)), ("--reference-pairs", "reference_pairs", bool, ("dpo",)),
 )

@@ -139,6 +139,28 @@ def test_grpo_step_changes_lora_writes_rollouts_and_checkpoint(config, tmp_path)
     assert sum(e.type == "rollout_scored" for e in seen) == 8
 
 
+def test_guided_grpo_trains_on_the_reference_answer_where_no_sample_succeeded(config):
+    from appliance.store import Workspace
+
+    result = grpo(dataclasses.replace(config, guide_failed_groups=True))
+    _, rows = Workspace.open(config.workspace).query(
+        "SELECT task_id, sample_index, completion, v_bucket, advantage FROM rollouts WHERE run_id = ? AND guided",
+        [result.run_id])
+    # The random tiny model never writes the call: in each of the 2 groups its last sample is the pack's answer.
+    assert sorted(r[1] for r in rows) == [3, 3] and len({r[0] for r in rows}) == 2
+    assert all(r[3] == "success" and r[2].startswith('{"name": "send_email"') for r in rows)
+    assert all(r[4] > 0 for r in rows)  # the exact reward ranks it first in its group
+
+
+def test_guidance_is_refused_on_a_multi_turn_pack_before_the_model_loads(tiny_model_dir, tmp_path):
+    from appliance.errors import ApplianceError
+
+    config = TrainConfig(model=str(tiny_model_dir), pack="workplace-multi", backend="cpu", steps=1,
+                         guide_failed_groups=True, output=str(tmp_path / "ck"), workspace=str(tmp_path / "runs"))
+    with pytest.raises(ApplianceError, match="single-turn pack"):
+        run_grpo(config)
+
+
 class SimulatedKill(Exception):
     pass
 

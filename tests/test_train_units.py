@@ -222,6 +222,33 @@ def test_shared_prefix_rollout_returns_one_completion_per_repeated_prompt(tiny_m
     assert model.training  # back in training mode for the update
 
 
+def test_guided_rollout_puts_the_reference_answer_last_in_groups_without_a_success(tiny_model_dir):
+    import types
+
+    from appliance.models import load_model
+    from appliance.train.rollout import Guide, SharedPrefixRollout
+
+    model, tokenizer = load_model(tiny_model_dir, for_training=True)
+    delete, plot = "<|im_start|>user\nDelete the task.<|im_end|>\n", "<|im_start|>user\nPlot it.<|im_end|>\n"
+    answer = '{"name": "delete_task", "arguments": {"task_id": "7"}}'
+    reference = tokenizer(answer, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    config = TrainConfig(num_generations=3, max_completion_tokens=7, temperature=1.0)
+    trainer = types.SimpleNamespace(model=model)
+    prompts = [delete] * 3 + [plot] * 3
+
+    never = Guide({delete: ("t1", answer)}, succeeded=lambda task_id, text: False)  # `plot` has no reference
+    out = SharedPrefixRollout(tokenizer, config, never)(prompts, trainer)
+    assert out["guided"] == [False, False, True, False, False, False]
+    assert out["completion_ids"][2] == reference and len(out["completion_ids"]) == 6
+    assert all(len(ids) <= 7 for i, ids in enumerate(out["completion_ids"]) if i != 2)
+
+    seen = []
+    always = Guide({delete: ("t1", answer)}, succeeded=lambda task_id, text: seen.append(task_id) or True)
+    out = SharedPrefixRollout(tokenizer, config, always)(prompts, trainer)
+    assert out["guided"] == [False] * 6 and reference not in out["completion_ids"]
+    assert seen == ["t1"]  # one success is enough; a prompt without a reference is not verified
+
+
 def test_grpo_warns_when_expected_answers_exceed_the_sampling_budget():
     from types import SimpleNamespace
 

@@ -15,6 +15,7 @@ Version history:
   1  seed parts (one empty file per table) so every view works before the first append.
   2  runs and evals name their `owner` process, so a killed one's `running` row can be failed.
   3  the flywheel's `trajectories` and `trajectory_triage` tables, and the derived VIEWS over them.
+  4  `rollouts.guided`: a sample that is the task's reference answer (GRPO's guide_failed_groups).
 """
 from __future__ import annotations
 
@@ -76,7 +77,7 @@ def _nothing_to_move(data_dir: Path) -> None:
 
 # MIGRATIONS[v] upgrades the parquet data of a v workspace to v + 1, in place and idempotently. Steps only
 # need to move or rename things: upgrade() then rewrites every part whose columns differ from the schema.
-MIGRATIONS: dict[int, Callable[[Path], None]] = {0: _v0_to_v1, 1: _nothing_to_move, 2: _nothing_to_move}
+MIGRATIONS: dict[int, Callable[[Path], None]] = {0: _v0_to_v1, 1: _nothing_to_move, 2: _nothing_to_move, 3: _nothing_to_move}
 
 
 def upgrade(data_dir: Path, staging_parent: Path, from_version: int) -> None:

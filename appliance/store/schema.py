@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 # A hidden ordering column on versioned tables: nanoseconds since the epoch at append time.
 VERSION_COLUMN = "_version"
@@ -146,6 +146,8 @@ TABLES: dict[str, Table] = {t.name: t for t in (
               Column("completion_tokens", "int", "completion length in tokens"),
               Column("latency_s", "float", "generation latency in seconds"),
               *_scored_output_columns(),
+              Column("guided", "bool", "the task's reference answer, standing in for a sample of a group where no "
+                     "sample succeeded (guide_failed_groups)"),
               Column("advantage", "float", "group-relative advantage used in the update"),
               Column("created_at", "ts", "when the row was written"),
           )),

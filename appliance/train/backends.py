@@ -27,7 +27,8 @@ class Backend(Protocol):
     name: str
     supports_multi_turn: bool  # whether make_grpo_trainer takes `episodes` (packs with max_turns > 1)
     supports_screening: bool  # whether task_selection=uncertain can score tasks with the training model
-    # Optional (read with getattr by common.py): `kl_reference` ("start": with beta > 0 the KL term is
+    # Optional (read with getattr): `supports_guidance` (make_grpo_trainer takes `guide`, an
+    # appliance.train.rollout.Guide, for guide_failed_groups; grpo.py), `kl_reference` ("start": with beta > 0 the KL term is
     # against the starting adapter, TRL's rule; "base": against the base model), `settings_in_force(config)`
     # (settings the backend replaces, as the run gets them) and `memory_knobs(config)` (settings to name
     # in out-of-memory advice besides the run's sizes).
@@ -41,10 +42,12 @@ class Backend(Protocol):
 
     def make_grpo_trainer(self, model: Any, tokenizer: Any, dataset: Any, config: "TrainConfig",
                           args: dict[str, Any], reward_funcs: list[Callable], callbacks: list[Any],
-                          trainer_mixin: type | None = None, episodes: "AgentEpisodes | None" = None) -> Any:
+                          trainer_mixin: type | None = None, episodes: "AgentEpisodes | None" = None,
+                          **options: Any) -> Any:
         """A TRL GRPOTrainer (optionally with our mixin first in the MRO) with `args` as GRPOConfig kwargs.
 
-        `episodes` (an `appliance.train.multiturn.AgentEpisodes`) makes every rollout a multi-turn episode.
+        `episodes` (an `appliance.train.multiturn.AgentEpisodes`) makes every rollout a multi-turn episode;
+        `guide` (only where `supports_guidance`) gives failed groups the reference answer.
         """
 
     def save_adapter(self, model: Any, out_dir: str) -> None:

@@ -106,6 +106,10 @@ class TrainConfig:
         "(refusals, chit-chat); 0 = only tasks that need a call, None or 1 = no cap. With every refusal the "
         "screening ranks first GRPO learnt to decline actions; with none it carried out refusals it never "
         "trained on (docs/learning.md, sessions 12-13)."))
+    guide_failed_groups: bool = field(default=False, metadata=_help(
+        "GRPO (cpu backend, single-turn packs): in a group where no sample succeeds, the task's reference answer "
+        "stands in for the last sample (off-policy guidance, as in LUFFY), so an answer the policy never samples "
+        "still earns a positive advantage; such samples are `rollouts.guided`."))
     max_completion_tokens: int = field(default=96, metadata=_help(
         "GRPO: the most tokens sampled per turn (eval's budget is 96; workplace-single's longest expected "
         "call is 89 tokens, and a task whose answer cannot fit can never earn its reward)."))

@@ -30,6 +30,7 @@ from .config import TrainConfig
 from .multiturn import MULTI_TURN_CPU_ONLY, agent_episodes, is_multi_turn, turn_limit
 from .presets import filters_zero_variance, grpo_options
 from .recorder import RolloutRecorder
+from .rollout import make_guide
 from .screen import screen_rows, screened_pool_or_fail
 
 
@@ -100,6 +101,20 @@ def make_verify(pack: Any) -> Callable[..., Any]:
     return verify
 
 
+def refuse_unsupported_guidance(run: Any) -> None:
+    """guide_failed_groups needs our sampler (the cpu backend) and one exact answer per task (single-turn)."""
+    if not run.config.guide_failed_groups:
+        return
+    if is_multi_turn(run.pack):
+        raise fail_run(run, ApplianceError(
+            f"guide_failed_groups needs a single-turn pack; {run.pack.name} runs multi-turn episodes, whose "
+            "expected calls are not a whole answer to stand in for a sample."))
+    if not getattr(run.backend, "supports_guidance", False):
+        raise fail_run(run, ApplianceError(
+            f"guide_failed_groups is not available on the {run.backend.name} backend yet (its sampler is vLLM's); "
+            "use --backend cpu or leave it off."))
+
+
 def run_grpo(config: TrainConfig, *, sink: EventSink = null_sink,
              on_eval: Callable[..., dict] | None = None, pack: Any = None, workspace: Any = None,
              reward_funcs: list[Callable] | None = None, reward_weights: list[float] | None = None,
@@ -117,12 +132,13 @@ def run_grpo(config: TrainConfig, *, sink: EventSink = null_sink,
     run = start_run(dataclasses.replace(config, stage="grpo"), "grpo", sink, pack=pack, workspace=workspace)
     if is_multi_turn(run.pack) and not run.backend.supports_multi_turn:
         raise fail_run(run, ApplianceError(MULTI_TURN_CPU_ONLY))
+    refuse_unsupported_guidance(run)
     split = training_split_or_fail(run)
     screened_pool_or_fail(run, split)
     if reward_funcs is None:
         reward_funcs, reward_weights = default_reward_funcs(run.pack, run.config.reward, split)
-    recorder = RolloutRecorder(run.run_id, reward_funcs, reward_weights,
-                               verify if verify is not None else make_verify(run.pack),
+    verify = verify if verify is not None else make_verify(run.pack)
+    recorder = RolloutRecorder(run.run_id, reward_funcs, reward_weights, verify,
                                write_rows=lambda rows: run.workspace.append("rollouts", rows), sink=run.sink,
                                skip_through_step=max(run.writer.last_step, 0))
     model, tokenizer = run.backend.load_for_training(run.config)
@@ -134,9 +150,10 @@ def run_grpo(config: TrainConfig, *, sink: EventSink = null_sink,
     args = grpo_args(run.config, run)
     if reward_weights is not None:
         args["reward_weights"] = list(reward_weights)
+    options = {"guide": make_guide(run.pack, rows, verify)} if run.config.guide_failed_groups else {}
     trainer = run.backend.make_grpo_trainer(model, tokenizer, dataset, run.config, args, recorder.wrapped,
                                             [build_callback(run, recorder=recorder, on_eval=on_eval)],
-                                            trainer_mixin=ApplianceGRPOMixin, episodes=episodes)
+                                            trainer_mixin=ApplianceGRPOMixin, episodes=episodes, **options)
     trainer.appliance_recorder = recorder
     trainer.appliance_filter_zero_variance = filters_zero_variance(run.config.preset)
     train_with_guard(run, trainer)

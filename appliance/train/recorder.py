@@ -84,6 +84,7 @@ class RolloutRecorder:
         completion_ids = kwargs.get("completion_ids") or [None] * len(completions)
         model_tokens = kwargs.get("model_tokens")  # an episode's own tokens, without the tool output
         trajectories = kwargs.get("agent_trajectory") or [None] * len(completions)
+        guided = kwargs.get("guided") or [False] * len(completions)  # guide_failed_groups (rollout.py)
         # A multi-turn episode is stored as its transcript (chat markers kept), not TRL's marker-less decode.
         completions = kwargs.get("transcript") or completions
         seen = self._samples_before_this_rank([str(t) for t in task_ids[:len(completions)]])
@@ -101,6 +102,7 @@ class RolloutRecorder:
                                       len(completion_ids[i]) if completion_ids[i] is not None else None),
                 "reward": _weighted_total(components, self.names, self.weights),
                 "components": {k: v for k, v in components.items() if not math.isnan(v)},
+                "guided": bool(guided[i]),
                 **self._verdict_fields(task_id, _as_text(completion), trajectories[i]),
             })
         self._pending = rows

@@ -11,22 +11,66 @@ samples of 64 tokens, 95-148 s fp32 vs 201-241 s autocast, machine shared),
 while the update keeps its bf16 autocast. Sampling settings (temperature, top_p 1, no
 top-k, max completion tokens) are the run's; one update per generation batch
 means the importance ratio is 1, so TRL needs no sampling log-probabilities.
+
+With a `Guide` (`guide_failed_groups`), a group in which no sample succeeds
+gets the task's reference answer in place of its last sample (off-policy
+guidance, after LUFFY: Yan et al., 2025, "Learning to Reason under Off-Policy
+Guidance"). Why: on wordings SFT never saw, the 135M model almost never samples
+a long answer right (0 of 20 samples for `send_email` at T 1.0, docs/learning.md
+session 5), so those groups are flat or teach only the decision to act; the
+reference gives the right answer a positive advantage and the policy's own wrong
+attempts a negative one. The returned `guided` column (one flag per completion)
+reaches the reward functions as a keyword and the store's `rollouts.guided`.
 """
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 from itertools import groupby
-from typing import Any
+from typing import Any, Callable
 
 from .config import TrainConfig
+
+
+@dataclass(frozen=True)
+class Guide:
+    """What off-policy guidance needs: each prompt's task and reference answer, and the verifier.
+
+    `references` maps a prompt's text to (task id, reference answer text); `succeeded(task_id, text)` says
+    whether a sample earns the task's success.
+    """
+
+    references: dict[str, tuple[str, str]]
+    succeeded: Callable[[str, str], bool]
+
+    def reference_ids(self, tokenizer: Any, prompt: str) -> list[int] | None:
+        """The reference answer as the sampler would emit it (its tokens, then EOS), or None for an unknown prompt."""
+        found = self.references.get(prompt)
+        if found is None:
+            return None
+        ids = list(tokenizer(found[1], add_special_tokens=False)["input_ids"])
+        return ids + [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else ids
+
+    def needs_guidance(self, prompt: str, texts: list[str]) -> bool:
+        found = self.references.get(prompt)
+        return found is not None and not any(self.succeeded(found[0], text) for text in texts)
+
+
+def make_guide(pack: Any, rows: list[dict[str, Any]], verify: Callable[[str, str], Any]) -> Guide:
+    """A Guide over the GRPO dataset rows (`prompt`, `task_id`) of a single-turn pack."""
+    from ..prompting import reference_answer
+
+    references = {row["prompt"]: (row["task_id"], reference_answer(pack.task(row["task_id"]))) for row in rows}
+    return Guide(references, lambda task_id, text: bool(verify(task_id, text).success))
 
 
 class SharedPrefixRollout:
     """A TRL `rollout_func(prompts, trainer)`: one completion per (repeated) prompt, in order."""
 
-    def __init__(self, tokenizer: Any, config: TrainConfig) -> None:
+    def __init__(self, tokenizer: Any, config: TrainConfig, guide: Guide | None = None) -> None:
         self.tokenizer = tokenizer
         self.config = config
+        self.guide = guide
 
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, Any]:
         from appliance.generate.hf import HFGenerator
@@ -44,10 +88,20 @@ class SharedPrefixRollout:
                                              max_new_tokens=self.config.max_completion_tokens)
                 for index, group_samples in zip(indices, samples):
                     per_group[index] = group_samples
-        completion_ids = [list(sample.token_ids) for group in per_group for sample in group]
+        completions = [[list(sample.token_ids) for sample in group] for group in per_group]
+        guided = [[False] * len(group) for group in completions]
+        if self.guide is not None:
+            for (prompt, _), group, samples, flags in zip(groups, completions, per_group, guided):
+                reference = self.guide.reference_ids(self.tokenizer, prompt)
+                if reference is not None and self.guide.needs_guidance(prompt, [s.text for s in samples]):
+                    group[-1], flags[-1] = reference, True
         group_ids = self.tokenizer([prompt for prompt, _ in groups], add_special_tokens=False)["input_ids"]
         prompt_ids = [list(ids) for ids, (_, n) in zip(group_ids, groups) for _ in range(n)]
-        return {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": None}
+        output = {"prompt_ids": prompt_ids, "completion_ids": [ids for group in completions for ids in group],
+                  "logprobs": None}
+        if self.guide is not None:
+            output["guided"] = [flag for flags in guided for flag in flags]
+        return output
 
 
 @contextlib.contextmanager
