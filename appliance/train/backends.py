@@ -17,6 +17,7 @@ from ..errors import ApplianceError
 if TYPE_CHECKING:  # pragma: no cover
     from .config import TrainConfig
     from .multiturn import AgentEpisodes
+    from .rollout import Guide
 
 BACKEND_MODULES = {"cpu": "appliance.train.cpu", "unsloth": "appliance.train.unsloth_backend"}
 
@@ -43,7 +44,7 @@ class Backend(Protocol):
     def make_grpo_trainer(self, model: Any, tokenizer: Any, dataset: Any, config: "TrainConfig",
                           args: dict[str, Any], reward_funcs: list[Callable], callbacks: list[Any],
                           trainer_mixin: type | None = None, episodes: "AgentEpisodes | None" = None,
-                          **options: Any) -> Any:
+                          guide: "Guide | None" = None) -> Any:
         """A TRL GRPOTrainer (optionally with our mixin first in the MRO) with `args` as GRPOConfig kwargs.
 
         `episodes` (an `appliance.train.multiturn.AgentEpisodes`) makes every rollout a multi-turn episode;

@@ -150,10 +150,10 @@ def run_grpo(config: TrainConfig, *, sink: EventSink = null_sink,
     args = grpo_args(run.config, run)
     if reward_weights is not None:
         args["reward_weights"] = list(reward_weights)
-    options = {"guide": make_guide(run.pack, rows, verify)} if run.config.guide_failed_groups else {}
+    guide = make_guide(run.pack, rows, verify) if run.config.guide_failed_groups else None
     trainer = run.backend.make_grpo_trainer(model, tokenizer, dataset, run.config, args, recorder.wrapped,
                                             [build_callback(run, recorder=recorder, on_eval=on_eval)],
-                                            trainer_mixin=ApplianceGRPOMixin, episodes=episodes, **options)
+                                            trainer_mixin=ApplianceGRPOMixin, episodes=episodes, guide=guide)
     trainer.appliance_recorder = recorder
     trainer.appliance_filter_zero_variance = filters_zero_variance(run.config.preset)
     train_with_guard(run, trainer)

@@ -218,9 +218,11 @@ class UnslothBackend:
 
     def make_grpo_trainer(self, model: Any, tokenizer: Any, dataset: Any, config: TrainConfig,
                           args: dict[str, Any], reward_funcs: list[Callable], callbacks: list[Any],
-                          trainer_mixin: type | None = None, episodes: Any = None) -> Any:
+                          trainer_mixin: type | None = None, episodes: Any = None, guide: Any = None) -> Any:
         if episodes is not None:
             raise ApplianceError(MULTI_TURN_CPU_ONLY)
+        if guide is not None:  # grpo.py refuses it before the model loads (supports_guidance is not set)
+            raise ApplianceError("guide_failed_groups is not available on the unsloth backend yet.")
         _keep_vllm_scratch_in(model, Path(args["output_dir"]).resolve() / VLLM_SCRATCH_DIR)
         # Unsloth patched TRL's classes on import: colocate mode samples through its shared-weight vLLM engine.
         colocated = {"use_vllm": True, "vllm_mode": "colocate",
