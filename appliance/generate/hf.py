@@ -21,7 +21,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 from appliance.generate.base import Generator, Sample, trim_at_stop
 from appliance.generate.heads import MIN_SHARED_PREFIX_TOKENS, common_length, head_groups
@@ -116,9 +116,7 @@ class HFGenerator(Generator):
         if not prompts:
             return []
         encoded = self.tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
-        answers = self.tokenizer(list(completions), add_special_tokens=False)["input_ids"]
-        if end_of_turn and self.tokenizer.eos_token_id is not None:
-            answers = [[*ids, self.tokenizer.eos_token_id] for ids in answers]
+        answers = answer_token_ids(self.tokenizer, completions, end_of_turn=end_of_turn)
         results: list[float] = []
         with self._reusing_heads():
             for start in range(0, len(prompts), self.batch_size):
@@ -416,6 +414,14 @@ def _grouped_sdpa_attention(module: Any, query: Any, key: Any, value: Any, atten
         enable_gqa=True,
     )
     return output.transpose(1, 2).contiguous(), None
+
+
+def answer_token_ids(tokenizer: Any, answers: Sequence[str], *, end_of_turn: bool = True) -> list[list[int]]:
+    """Answers as generation emits them after a prompt: tokenized on their own, then EOS when `end_of_turn`."""
+    ids = [list(row) for row in tokenizer(list(answers), add_special_tokens=False)["input_ids"]] if answers else []
+    if end_of_turn and tokenizer.eos_token_id is not None:
+        ids = [[*row, tokenizer.eos_token_id] for row in ids]
+    return ids
 
 
 def _eos_ids(model: Any, tokenizer: Any) -> list[int]:

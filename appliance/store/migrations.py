@@ -77,7 +77,8 @@ def _nothing_to_move(data_dir: Path) -> None:
 
 # MIGRATIONS[v] upgrades the parquet data of a v workspace to v + 1, in place and idempotently. Steps only
 # need to move or rename things: upgrade() then rewrites every part whose columns differ from the schema.
-MIGRATIONS: dict[int, Callable[[Path], None]] = {0: _v0_to_v1, 1: _nothing_to_move, 2: _nothing_to_move, 3: _nothing_to_move}
+MIGRATIONS: dict[int, Callable[[Path], None]] = {
+    0: _v0_to_v1, 1: _nothing_to_move, 2: _nothing_to_move, 3: _nothing_to_move}
 
 
 def upgrade(data_dir: Path, staging_parent: Path, from_version: int) -> None:

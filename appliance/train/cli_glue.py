@@ -10,8 +10,8 @@ from appliance.train.config import TrainConfig
 
 _FIELDS = ("model", "pack", "backend", "steps", "lora_r", "lora_layers", "eval_every", "init_adapter", "seed", "preset",
            "num_generations", "prompts_per_step", "max_completion_tokens", "temperature", "beta", "epochs", "batch_size",
-           "task_selection", "screen_limit", "max_no_call_share", "guide_failed_groups", "train_split", "eval_split", "reward", "pairs_from", "pairs_per_task",
-           "min_pairs", "reference_pairs", "eval_limit")
+           "task_selection", "screen_limit", "max_no_call_share", "guide_failed_groups", "train_split", "eval_split",
+           "reward", "pairs_from", "pairs_per_task", "min_pairs", "reference_pairs", "eval_limit")
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:

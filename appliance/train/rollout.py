@@ -43,14 +43,6 @@ class Guide:
     references: dict[str, tuple[str, str]]
     succeeded: Callable[[str, str], bool]
 
-    def reference_ids(self, tokenizer: Any, prompt: str) -> list[int] | None:
-        """The reference answer as the sampler would emit it (its tokens, then EOS), or None for an unknown prompt."""
-        found = self.references.get(prompt)
-        if found is None:
-            return None
-        ids = list(tokenizer(found[1], add_special_tokens=False)["input_ids"])
-        return ids + [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else ids
-
     def needs_guidance(self, prompt: str, texts: list[str]) -> bool:
         found = self.references.get(prompt)
         return found is not None and not any(self.succeeded(found[0], text) for text in texts)
@@ -68,9 +60,15 @@ class SharedPrefixRollout:
     """A TRL `rollout_func(prompts, trainer)`: one completion per (repeated) prompt, in order."""
 
     def __init__(self, tokenizer: Any, config: TrainConfig, guide: Guide | None = None) -> None:
+        from appliance.generate.hf import answer_token_ids
+
         self.tokenizer = tokenizer
         self.config = config
         self.guide = guide
+        # Each reference answer as the sampler would emit it, tokenized once for the run, not once per group.
+        prompts = list(guide.references) if guide else []
+        answers = answer_token_ids(tokenizer, [guide.references[p][1] for p in prompts]) if guide else []
+        self.reference_ids = dict(zip(prompts, answers))
 
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, Any]:
         from appliance.generate.hf import HFGenerator
@@ -92,9 +90,8 @@ class SharedPrefixRollout:
         guided = [[False] * len(group) for group in completions]
         if self.guide is not None:
             for (prompt, _), group, samples, flags in zip(groups, completions, per_group, guided):
-                reference = self.guide.reference_ids(self.tokenizer, prompt)
-                if reference is not None and self.guide.needs_guidance(prompt, [s.text for s in samples]):
-                    group[-1], flags[-1] = reference, True
+                if self.guide.needs_guidance(prompt, [s.text for s in samples]):  # False for a prompt without one
+                    group[-1], flags[-1] = list(self.reference_ids[prompt]), True
         group_ids = self.tokenizer([prompt for prompt, _ in groups], add_special_tokens=False)["input_ids"]
         prompt_ids = [list(ids) for ids, (_, n) in zip(group_ids, groups) for _ in range(n)]
         output = {"prompt_ids": prompt_ids, "completion_ids": [ids for group in completions for ids in group],
