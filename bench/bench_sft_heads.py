@@ -11,7 +11,10 @@ the adapted layers once per step for all its rows). Prints the median seconds pe
 step of each (every run's first step left out), their ratios, and how far the
 losses drifted apart (bf16 autocast: other GEMM shapes, not bitwise).
 
-    .venv/bin/python bench/bench_sft_heads.py [--pack workplace-single] [--steps 6] [--rounds 1]
+    .venv/bin/python bench/bench_sft_heads.py [--pack workplace-single] [--steps 6] [--rounds 1] [--lora-layers 0]
+
+`--lora-layers 0` puts LoRA on every layer: nothing is frozen below it, so
+`lower_only` is the plain forward there and `shared` gains only the head pass.
 """
 from __future__ import annotations
 
@@ -26,7 +29,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads; see b
 MODES = ("plain", "lower_only", "shared")  # no cache; lower layers cached; lower cached and heads shared above
 
 
-def run(pack: str, steps: int, root: str, mode: str) -> tuple[list[float], list[float]]:
+def run(pack: str, steps: int, root: str, mode: str, lora_layers: int | None = None) -> tuple[list[float], list[float]]:
     from appliance.events import StepMetrics
     from appliance.train import TrainConfig, cpu
     from appliance.train.sft import run_sft
@@ -49,7 +52,7 @@ def run(pack: str, steps: int, root: str, mode: str) -> tuple[list[float], list[
 
     cpu.reuse_frozen_heads = {"plain": lambda *args: None, "lower_only": lower_only, "shared": original}[mode]
     try:
-        config = TrainConfig(pack=pack, steps=steps, eval_every=steps,
+        config = TrainConfig(pack=pack, steps=steps, eval_every=steps, lora_layers=lora_layers,
                              output=os.path.join(root, "checkpoints"), workspace=os.path.join(root, "runs"))
         run_sft(config, sink=sink)
     finally:
@@ -62,14 +65,16 @@ def main() -> None:
     parser.add_argument("--pack", default="workplace-single")
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--lora-layers", type=int, default=None, help="LoRA on the last N layers (0: all; default: the backend's)")
     args = parser.parse_args()
     steps: dict[str, list[float]] = {mode: [] for mode in MODES}
     losses: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory() as root:
-        run(args.pack, args.steps, os.path.join(root, "warm-up"), "plain")
+        run(args.pack, args.steps, os.path.join(root, "warm-up"), "plain", args.lora_layers)
         for round_index in range(args.rounds):
             for mode in MODES:
-                seconds, losses[mode] = run(args.pack, args.steps, os.path.join(root, f"{mode}-{round_index}"), mode)
+                seconds, losses[mode] = run(args.pack, args.steps, os.path.join(root, f"{mode}-{round_index}"), mode,
+                                              args.lora_layers)
                 steps[mode] += seconds
     median = {mode: statistics.median(values) for mode, values in steps.items()}
     print(f"plain_step_s: {median['plain']:.2f}")

@@ -75,6 +75,24 @@ def test_cached_heads_give_the_plain_forwards_loss_and_gradients(left):
     assert torch.allclose(again, plain_loss, atol=1e-5) and cache.stats.forwards == 2
 
 
+def test_with_every_layer_adapted_the_heads_are_still_shared():
+    """Nothing below the adapter to cache (`--lora-layers 0`): each head still runs once for all its rows."""
+    generator = torch.Generator().manual_seed(3)
+    head = torch.randint(3, 300, (30,), generator=generator).tolist()
+    tails = [torch.randint(3, 300, (n,), generator=generator).tolist() for n in (6, 9, 4)]
+    ids, mask, labels = _batch([head, head, []], tails)
+    model = _lora_model(adapted=list(range(6)))
+    assert first_trained_layer(model.get_base_model().model) == 0
+    plain_loss, plain_grads = _loss_and_grads(model, ids, mask, labels)
+    cache = install_frozen_heads(model, [head + [1], head + [2]])
+    assert cache is not None and cache.split == 0 and cache.share_adapted
+    loss, grads = _loss_and_grads(model, ids, mask, labels)
+    assert cache.stats.forwards == 1 and cache.stats.head_passes == 1 and cache.stats.rows_from_cache == 2
+    assert torch.allclose(loss, plain_loss, atol=1e-5)
+    for name, grad in plain_grads.items():
+        assert torch.allclose(grads[name], grad, atol=1e-5), name
+
+
 def test_with_dropout_every_row_runs_the_adapted_layers_itself():
     """Dropout draws a mask per row: a shared head pass would give rows one mask, so it is not used."""
     generator = torch.Generator().manual_seed(2)
@@ -101,10 +119,6 @@ def test_heads_are_the_prefixes_groups_of_prompts_share():
 
 
 def test_generation_and_unadapted_models_keep_the_plain_forward():
-    model = _lora_model(adapted=list(range(6)))  # every layer adapted: nothing below is frozen
-    assert first_trained_layer(model.get_base_model().model) == 0
-    assert install_frozen_heads(model, [[5] * 30 + [1], [5] * 30 + [2]]) is None
-
     model = _lora_model()
     head = list(range(50, 90))
     cache = install_frozen_heads(model, [head + [1], head + [2]])

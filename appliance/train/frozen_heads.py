@@ -1,6 +1,6 @@
 """Training forwards that compute the prompt heads every example shares once, not once per row.
 
-A CPU LoRA covers only the last third of the layers (cpu.py), and a pack's
+A CPU LoRA covers only the last third of the layers by default (cpu.py), and a pack's
 prompts share a few long heads (system prompt + tool list: 6 heads make up 90%
 of workplace-single's SFT tokens). Below the first adapted layer nothing is
 trained, so a head's keys, values and hidden state there are the same at every
@@ -10,7 +10,8 @@ it, so each training forward runs each distinct head through them once (a batch
 of one, with a graph) and every row's own tail after that head's keys and
 values. The rows' tails are all the per-row work left: the lower layers see the
 tails only (after the cached head keys and values), and the adapted layers the
-tails plus one pass per head. Causal attention makes this exact: a head's
+tails plus one pass per head. With every layer adapted (`--lora-layers 0`) there
+is nothing to cache, and the shared head pass is the whole gain. Causal attention makes this exact: a head's
 activations never depend on what follows it, and autograd sums every row's
 gradient into the head pass it shares. Adapted layers with dropout (a mask per
 row) run on every row's whole sequence instead.
@@ -318,7 +319,7 @@ def install_frozen_heads(model: Any, prompts: list[list[int]]) -> FrozenHeadCach
         return getattr(backbone, "_frozen_heads", None)
     split = first_trained_layer(backbone)
     heads = shared_heads(prompts)
-    if split == 0 or split >= len(backbone.layers) or not heads:
+    if split >= len(backbone.layers) or not heads:
         return None
     cache = FrozenHeadCache(backbone, split, heads)
     original = backbone.forward
