@@ -46,24 +46,9 @@ def on_screen(mode: str, *keys: str):
             await settle(pilot.app, pilot)
         pilot.app.clear_notifications()  # toasts time out; keep the screen itself
         await pilot.wait_for_scheduled_animations()
-        await tables_sized(pilot)
-    return run_before
-
-
-async def tables_sized(pilot, max_rounds: int = 50) -> None:
-    """Pause until every DataTable has sized its columns to the rows that landed.
-
-    A DataTable sizes them when it is next idle, which on a loaded machine can be several refreshes after
-    the rows land (a fixed two pauses once caught a table mid-way under a full test run beside training).
-    Textual exposes no public flag for it; `_require_update_dimensions` is the one its own idle handler reads.
-    """
-    from textual.widgets import DataTable
-
-    for _ in range(max_rounds):
         await pilot.pause()
-        if not any(getattr(table, "_require_update_dimensions", False) for table in pilot.app.screen.query(DataTable)):
-            break
-    await pilot.pause()
+        await pilot.pause()  # a DataTable sizes its columns one refresh after its rows land
+    return run_before
 
 
 MAIN_SIZES = pytest.mark.parametrize("size", [(80, 24), (120, 36)], ids=["80x24", "120x36"])
