@@ -65,7 +65,8 @@ def main() -> None:
     parser.add_argument("--pack", default="workplace-single")
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--rounds", type=int, default=1)
-    parser.add_argument("--lora-layers", type=int, default=None, help="LoRA on the last N layers (0: all; default: the backend's)")
+    parser.add_argument("--lora-layers", type=int, default=None,
+                        help="LoRA on the last N layers (0: all; default: the backend's)")
     args = parser.parse_args()
     steps: dict[str, list[float]] = {mode: [] for mode in MODES}
     losses: dict[str, list[float]] = {}

@@ -10,9 +10,9 @@ it, so each training forward runs each distinct head through them once (a batch
 of one, with a graph) and every row's own tail after that head's keys and
 values. The rows' tails are all the per-row work left: the lower layers see the
 tails only (after the cached head keys and values), and the adapted layers the
-tails plus one pass per head. With every layer adapted (`--lora-layers 0`) there
-is nothing to cache, and the shared head pass is the whole gain. Causal attention makes this exact: a head's
-activations never depend on what follows it, and autograd sums every row's
+tails plus one pass per head. With every layer adapted (`--lora-layers 0`)
+there is nothing to cache, and the shared head pass is the whole gain. Causal
+attention makes this exact: a head's activations never depend on what follows it, and autograd sums every row's
 gradient into the head pass it shares. Adapted layers with dropout (a mask per
 row) run on every row's whole sequence instead.
 
@@ -156,6 +156,8 @@ class FrozenHeadCache:
         import torch
         from transformers import DynamicCache
 
+        if not layers:  # every layer adapted: nothing below them to run
+            return [], [], hidden
         cache = DynamicCache(config=self.backbone.config)
         positions = torch.arange(hidden.shape[1], device=hidden.device).unsqueeze(0)
         causal = _attention_mask(torch.ones(hidden.shape[:2], dtype=torch.bool, device=hidden.device), query_start=0)
@@ -171,6 +173,8 @@ class FrozenHeadCache:
         one per layer of `layers`; stacked here right-aligned in `width` columns)."""
         from transformers import DynamicCache
 
+        if not layers:  # every layer adapted: the tails' embeddings go straight to the adapted pass
+            return hidden
         cache = DynamicCache(config=self.backbone.config)
         for offset, index in enumerate(layers):
             cache.update(self._stacked(heads, sizes, width, lambda h: kv_of(h).keys[offset]),
