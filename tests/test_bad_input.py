@@ -136,6 +136,8 @@ CASES = {
     "grpo config not an object": (["train", "grpo", "--config", "{json_list}"], "JSON object"),
     "grpo screen-limit zero": (["train", "grpo", "--screen-limit", "0"], "screen_limit"),
     "grpo no-call share above 1": (["train", "grpo", "--max-no-call-share", "1.5"], "max_no_call_share"),
+    "grpo negative sft anchor": (["train", "grpo", "--sft-anchor", "-1"], "sft_anchor"),
+    "grpo sft anchor batch zero": (["train", "grpo", "--sft-anchor-batch", "0"], "sft_anchor_batch"),
     "grpo resume unknown run": (["train", "grpo", "--resume", "no-such-run"], "no-such-run"),
     "grpo config setting of the wrong type": (["train", "grpo", "--config", "{wrong_type}"], "wrong type"),
     "sft epochs zero": (["train", "sft", "--epochs", "0"], "epochs"),

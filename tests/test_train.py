@@ -152,6 +152,32 @@ def test_guided_grpo_trains_on_the_reference_answer_where_no_sample_succeeded(co
     assert all(r[4] > 0 for r in rows)  # the exact reward ranks it first in its group
 
 
+def constant_reward(prompts, completions, **kwargs):
+    return [1.0] * len(completions)
+
+
+def test_the_sft_anchor_is_the_only_thing_that_moves_grpo_when_every_group_ties(config, tmp_path):
+    """A constant reward gives every sample advantage 0, so only the anchor's SFT loss can change the LoRA."""
+    before = lora_tensors(initial_adapter(config, tmp_path))
+    plain = run_grpo(config, reward_funcs=[constant_reward], reward_weights=[1.0])
+    assert not changed(before, lora_tensors(plain.final_adapter))
+    seen = []
+    anchored = run_grpo(dataclasses.replace(config, sft_anchor=1.0, sft_anchor_batch=2), sink=seen.append,
+                        reward_funcs=[constant_reward], reward_weights=[1.0])
+    assert changed(before, lora_tensors(anchored.final_adapter))
+    metrics = next(e for e in seen if e.type == "step_metrics").metrics
+    assert metrics["anchor/nll"] > 0
+
+
+def test_the_sft_anchor_is_refused_where_the_backend_cannot_add_it(config, monkeypatch):
+    from appliance.errors import ApplianceError
+    from appliance.train.cpu import CpuBackend
+
+    monkeypatch.setattr(CpuBackend, "supports_sft_anchor", False)
+    with pytest.raises(ApplianceError, match="sft_anchor is not available"):
+        grpo(dataclasses.replace(config, sft_anchor=1.0))
+
+
 def test_guidance_is_refused_on_a_multi_turn_pack_before_the_model_loads(tiny_model_dir, tmp_path):
     from appliance.errors import ApplianceError
 

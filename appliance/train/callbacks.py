@@ -128,6 +128,16 @@ class ApplianceGRPOMixin:
 
     appliance_recorder: Any = None
     appliance_filter_zero_variance: bool = False
+    appliance_anchor: Any = None  # anchor.SftAnchor when sft_anchor > 0
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        loss = super().compute_loss(model, inputs, return_outputs=return_outputs,
+                                    num_items_in_batch=num_items_in_batch)
+        if self.appliance_anchor is None or not model.training:
+            return loss
+        nll = self.appliance_anchor.nll(model)
+        self._metrics["train"]["anchor/nll"].append(nll.item())
+        return loss + self.appliance_anchor.weight * nll
 
     def _generate_and_score_completions(self, inputs):
         started = time.perf_counter()

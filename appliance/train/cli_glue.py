@@ -10,7 +10,7 @@ from appliance.train.config import TrainConfig
 
 _FIELDS = ("model", "pack", "backend", "steps", "lora_r", "lora_layers", "eval_every", "init_adapter", "seed", "preset",
            "num_generations", "prompts_per_step", "max_completion_tokens", "temperature", "beta", "epochs", "batch_size",
-           "task_selection", "screen_limit", "max_no_call_share", "guide_failed_groups", "train_split", "eval_split",
+           "task_selection", "screen_limit", "max_no_call_share", "guide_failed_groups", "sft_anchor", "sft_anchor_batch", "train_split", "eval_split",
            "reward", "pairs_from", "pairs_per_task", "min_pairs", "reference_pairs", "eval_limit")
 
 

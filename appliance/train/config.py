@@ -110,6 +110,12 @@ class TrainConfig:
         "GRPO (cpu backend, single-turn packs): in a group where no sample succeeds, the task's reference answer "
         "stands in for the last sample (off-policy guidance, as in LUFFY), so an answer the policy never samples "
         "still earns a positive advantage; such samples are `rollouts.guided`."))
+    sft_anchor: float = field(default=0.0, metadata=_help(
+        "GRPO (cpu backend): weight of a supervised loss added to every step, the mean token NLL of a few "
+        "seeded examples from the SFT split `train` (PPO-ptx, as in InstructGPT), to hold what SFT taught on "
+        "tasks GRPO does not sample; 0 = off."))
+    sft_anchor_batch: int = field(default=8, metadata=_help(
+        "GRPO with sft_anchor > 0: SFT examples in each step's anchor loss."))
     max_completion_tokens: int = field(default=96, metadata=_help(
         "GRPO: the most tokens sampled per turn (eval's budget is 96; workplace-single's longest expected "
         "call is 89 tokens, and a task whose answer cannot fit can never earn its reward)."))
@@ -232,6 +238,10 @@ class TrainConfig:
             raise ApplianceError(f"eval_limit must be 0 (the whole split) or a number of tasks, not {self.eval_limit!r}.")
         if self.screen_limit is not None and self.screen_limit < 1:
             raise ApplianceError("screen_limit must be at least 1 (or unset to screen every task).")
+        if not 0 <= self.sft_anchor < float("inf"):
+            raise ApplianceError(f"sft_anchor must be 0 (off) or more, not {self.sft_anchor!r}.")
+        if self.sft_anchor_batch < 1:
+            raise ApplianceError(f"sft_anchor_batch must be at least 1, not {self.sft_anchor_batch!r}.")
         if self.max_no_call_share is not None and not 0 <= self.max_no_call_share <= 1:
             raise ApplianceError(f"max_no_call_share must be between 0 and 1, not {self.max_no_call_share!r}.")
         if self.train_split is not None and self.train_split not in TRAIN_SPLITS:

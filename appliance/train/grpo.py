@@ -115,6 +115,23 @@ def refuse_unsupported_guidance(run: Any) -> None:
             "use --backend cpu or leave it off."))
 
 
+def refuse_unsupported_anchor(run: Any) -> None:
+    """sft_anchor adds to the loss in our trainer mixin; Unsloth compiles its own GRPO loss (not verified there)."""
+    if run.config.sft_anchor and not getattr(run.backend, "supports_sft_anchor", False):
+        raise fail_run(run, ApplianceError(
+            f"sft_anchor is not available on the {run.backend.name} backend yet; use --backend cpu or leave it 0."))
+
+
+def sft_anchor_for(run: Any, tokenizer: Any) -> Any:
+    """The anchor over the SFT split (`train`), or None when sft_anchor is 0."""
+    from .anchor import SftAnchor
+
+    if not run.config.sft_anchor:
+        return None
+    return SftAnchor.for_pack(run.pack, tokenizer, weight=run.config.sft_anchor,
+                              batch_size=run.config.sft_anchor_batch, seed=run.config.seed)
+
+
 def run_grpo(config: TrainConfig, *, sink: EventSink = null_sink,
              on_eval: Callable[..., dict] | None = None, pack: Any = None, workspace: Any = None,
              reward_funcs: list[Callable] | None = None, reward_weights: list[float] | None = None,
@@ -133,6 +150,7 @@ def run_grpo(config: TrainConfig, *, sink: EventSink = null_sink,
     if is_multi_turn(run.pack) and not run.backend.supports_multi_turn:
         raise fail_run(run, ApplianceError(MULTI_TURN_CPU_ONLY))
     refuse_unsupported_guidance(run)
+    refuse_unsupported_anchor(run)
     split = training_split_or_fail(run)
     screened_pool_or_fail(run, split)
     if reward_funcs is None:
@@ -156,5 +174,6 @@ def run_grpo(config: TrainConfig, *, sink: EventSink = null_sink,
                                             trainer_mixin=ApplianceGRPOMixin, episodes=episodes, guide=guide)
     trainer.appliance_recorder = recorder
     trainer.appliance_filter_zero_variance = filters_zero_variance(run.config.preset)
+    trainer.appliance_anchor = sft_anchor_for(run, tokenizer)
     train_with_guard(run, trainer)
     return finish_run(run, started)
