@@ -197,3 +197,32 @@ def test_narrow_tables_drop_detail_columns_never_key_ones():
     assert fitting(widths, 120, required=5) == 7
     assert fitting(widths, 74, required=5) == 6
     assert fitting(widths, 20, required=5) == 5
+
+
+async def test_the_rollout_stream_fits_its_columns_to_the_rows_at_once_and_shows_completions_literally():
+    """Columns are sized when rows land, not at the table's next idle moment (a snapshot once caught cells cut
+    to the headers' widths), they shrink again when shorter rows replace long ones, and model text is not markup."""
+    from textual.app import App
+
+    from appliance.events import RolloutScored
+
+    class One(App):
+        def compose(self):
+            yield RolloutStream()
+
+    def rollout(task_id: str, completion: str) -> RolloutScored:
+        return RolloutScored(run_id="r", step=3, task_id=task_id, sample_index=0, completion=completion,
+                             reward=0.5, bucket="success", reason="")
+
+    app = One()
+    async with app.run_test(size=(120, 10)):
+        table = app.query_one(RolloutStream)
+        table.replace([rollout("a-long-task-id-7", "[bold]not markup[/bold]")])
+        widths = {str(column.label): column.get_render_width(table) - 2 * table.cell_padding
+                  for column in table.ordered_columns}
+        assert widths["task"] == len("a-long-task-id-7") and widths["bucket"] == len("success")
+        assert table.get_row_at(0)[4].plain == "[bold]not markup[/bold]"
+        table.replace([rollout("t1", "{}")])
+        widths = {str(column.label): column.get_render_width(table) - 2 * table.cell_padding
+                  for column in table.ordered_columns}
+        assert widths["task"] == len("task") and widths["completion"] == len("completion")

@@ -4,12 +4,14 @@ from __future__ import annotations
 from collections import deque
 from typing import Any, Iterable
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual.widgets import DataTable
 
 from appliance.events import RolloutScored
 
 MAX_ROWS = 100
+COLUMNS = ("step", "task", "reward", "bucket", "completion")
 
 
 def one_line(text: str, width: int = 60) -> str:
@@ -33,7 +35,7 @@ class RolloutStream(DataTable):
         self.rollouts: deque[RolloutScored] = deque(maxlen=MAX_ROWS)
 
     def on_mount(self) -> None:
-        self.add_columns("step", "task", "reward", "bucket", "completion")
+        self._draw()  # the headers, before any rollout
 
     def add(self, event: RolloutScored) -> None:
         self.rollouts.append(event)
@@ -45,9 +47,15 @@ class RolloutStream(DataTable):
         self._draw()
 
     def _draw(self) -> None:
-        # Rebuilt rather than inserted: DataTable only appends, and 100 rows redraw quickly.
-        self.clear()
-        for rollout in reversed(self.rollouts):
-            style = "green" if rollout.bucket == "success" else "red"
-            self.add_row(rollout.step, rollout.task_id, f"{rollout.reward:.2f}",
-                         Text(rollout.bucket, style=style), one_line(rollout.completion))
+        # Rebuilt rather than inserted: DataTable only appends, and 100 rows redraw quickly. Columns are sized
+        # here from the rows themselves: DataTable's own fitting waits for an idle moment, and a snapshot or a
+        # person could catch a table whose cells were cut to its headers' widths. Cells are Text, not markup:
+        # a completion is whatever the model wrote, brackets included.
+        rows = [(Text(str(rollout.step)), Text(rollout.task_id), Text(f"{rollout.reward:.2f}"),
+                 Text(rollout.bucket, style="green" if rollout.bucket == "success" else "red"),
+                 Text(one_line(rollout.completion))) for rollout in reversed(self.rollouts)]
+        self.clear(columns=True)
+        for index, header in enumerate(COLUMNS):
+            self.add_column(header, width=max([cell_len(header)] + [row[index].cell_len for row in rows]))
+        for row in rows:
+            self.add_row(*row)
