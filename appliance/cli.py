@@ -265,10 +265,10 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
             shown = "the stage's" if name in ("learning_rate", "beta") else default
             # None: keep the value from --config / the resumed run / TrainConfig's default.
             if kind is bool:  # --flag / --no-flag
-                p.add_argument(flag, action=argparse.BooleanOptionalAction, default=None,
+                p.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=None,
                                help=f"{spec[name].metadata['help']} (default: {shown})")
                 continue
-            p.add_argument(flag, type=kind, default=None, choices=choices.get(name),
+            p.add_argument(flag, dest=name, type=kind, default=None, choices=choices.get(name),
                            metavar=None if name in choices else name.upper(),
                            help=f"{spec[name].metadata['help']} (default: {shown})")
         _common(p, events=True)

@@ -214,15 +214,17 @@ async def test_the_rollout_stream_fits_its_columns_to_the_rows_at_once_and_shows
         return RolloutScored(run_id="r", step=3, task_id=task_id, sample_index=0, completion=completion,
                              reward=0.5, bucket="success", reason="")
 
+    def content_widths(table: RolloutStream) -> dict[str, int]:
+        return {str(column.label): column.get_render_width(table) - 2 * table.cell_padding
+                for column in table.ordered_columns}
+
     app = One()
     async with app.run_test(size=(120, 10)):
         table = app.query_one(RolloutStream)
         table.replace([rollout("a-long-task-id-7", "[bold]not markup[/bold]")])
-        widths = {str(column.label): column.get_render_width(table) - 2 * table.cell_padding
-                  for column in table.ordered_columns}
+        widths = content_widths(table)
         assert widths["task"] == len("a-long-task-id-7") and widths["bucket"] == len("success")
         assert table.get_row_at(0)[4].plain == "[bold]not markup[/bold]"
         table.replace([rollout("t1", "{}")])
-        widths = {str(column.label): column.get_render_width(table) - 2 * table.cell_padding
-                  for column in table.ordered_columns}
+        widths = content_widths(table)
         assert widths["task"] == len("task") and widths["completion"] == len("completion")

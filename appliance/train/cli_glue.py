@@ -2,16 +2,15 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import fields
 from typing import Any
 
 from appliance.events import EventSink
 from appliance.train.common import TrainResult
 from appliance.train.config import TrainConfig
 
-_FIELDS = ("model", "pack", "backend", "steps", "lora_r", "lora_layers", "eval_every", "init_adapter", "seed", "preset",
-           "num_generations", "prompts_per_step", "max_completion_tokens", "temperature", "beta", "epochs", "batch_size",
-           "task_selection", "screen_limit", "max_no_call_share", "guide_failed_groups", "sft_anchor", "sft_anchor_batch", "train_split", "eval_split",
-           "reward", "pairs_from", "pairs_per_task", "min_pairs", "reference_pairs", "eval_limit")
+# Set from the command line elsewhere (stage, workspace) or not a setting of the run's own.
+_NOT_FLAGS = {"stage", "workspace"}
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
@@ -21,16 +20,11 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         base = TrainConfig.load(args.config).to_dict()
     base["stage"] = args.stage
     base["workspace"] = args.workspace
-    for name in _FIELDS:
-        value = getattr(args, name, None)
+    for name in (f.name for f in fields(TrainConfig) if f.name not in _NOT_FLAGS):
+        value = getattr(args, name, None)  # each --flag's dest is its TrainConfig field (appliance.cli)
         if value is not None:
             base[name] = value
-    if args.lr is not None:
-        base["learning_rate"] = args.lr
-    if args.checkpoints:
-        base["output"] = args.checkpoints
-    if args.resume:
-        base["resume_from"] = args.resume
+    if getattr(args, "resume_from", None):
         _refuse_changed_settings(TrainConfig.from_dict(base), given=set(base) - {"stage", "workspace", "resume_from"})
     return TrainConfig.from_dict(base)
 
