@@ -5,6 +5,8 @@ from typing import Any, Sequence
 
 from textual.widgets import DataTable
 
+from tui.widgets.tables import fill_table
+
 # (label, how to show it, the metric keys the engine may use, first found wins)
 METRICS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("valid JSON rate", "pct", ("valid_json_rate", "parse_rate")),
@@ -48,19 +50,15 @@ class MetricTable(DataTable):
         super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
 
     def show(self, *evals: tuple[str, dict[str, Any]]) -> None:
-        self.clear(columns=True)
-        self.add_column("metric", key="metric")
-        for name, _ in evals:
-            self.add_column(name)
-        if len(evals) == 2:
-            self.add_column("Δ")
+        columns = ["metric", *(name for name, _ in evals), *(["Δ"] if len(evals) == 2 else [])]
+        rows = []
         for label, kind, keys in METRICS:
             values = [metric_value(metrics, keys) for _, metrics in evals]
             cells = [format_metric(v, kind) for v in values]
             if len(values) == 2:
                 cells.append(_delta(values[0], values[1], kind))
-            self.add_row(label, *cells)
-
+            rows.append([label, *cells])
+        fill_table(self, columns, rows)  # sized from the cells: no frame cut to the headers
 
 def _delta(before: float | None, after: float | None, kind: str) -> str:
     if before is None or after is None:

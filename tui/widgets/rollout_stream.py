@@ -4,17 +4,18 @@ from __future__ import annotations
 from collections import deque
 from typing import Any, Iterable
 
-from rich.cells import cell_len
 from rich.text import Text
 from textual.widgets import DataTable
 
 from appliance.events import RolloutScored
+from tui.widgets.tables import fill_table
 
 MAX_ROWS = 100
+COMPLETION_WIDTH = 60  # one_line's cut; no column is wider
 COLUMNS = ("step", "task", "reward", "bucket", "completion")
 
 
-def one_line(text: str, width: int = 60) -> str:
+def one_line(text: str, width: int = COMPLETION_WIDTH) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= width else flat[: width - 1] + "…"
 
@@ -47,15 +48,10 @@ class RolloutStream(DataTable):
         self._draw()
 
     def _draw(self) -> None:
-        # Rebuilt rather than inserted: DataTable only appends, and 100 rows redraw quickly. Columns are sized
-        # here from the rows themselves: DataTable's own fitting waits for an idle moment, and a snapshot or a
-        # person could catch a table whose cells were cut to its headers' widths. Cells are Text, not markup:
-        # a completion is whatever the model wrote, brackets included.
+        # Rebuilt rather than inserted: DataTable only appends, and 100 rows redraw quickly. fill_table sizes the
+        # columns from the rows (no frame with cells cut to the headers). Cells are Text, not markup: a
+        # completion is whatever the model wrote, brackets included.
         rows = [(Text(str(rollout.step)), Text(rollout.task_id), Text(f"{rollout.reward:.2f}"),
                  Text(rollout.bucket, style="green" if rollout.bucket == "success" else "red"),
                  Text(one_line(rollout.completion))) for rollout in reversed(self.rollouts)]
-        self.clear(columns=True)
-        for index, header in enumerate(COLUMNS):
-            self.add_column(header, width=max([cell_len(header)] + [row[index].cell_len for row in rows]))
-        for row in rows:
-            self.add_row(*row)
+        fill_table(self, COLUMNS, rows, max_width=COMPLETION_WIDTH)
