@@ -9,7 +9,7 @@ import pytest
 from textual.widgets import DataTable, Select
 
 from test_tui_support import (FAILED_EVAL, GATE_REASONS, GRPO_CHECKPOINT, GRPO_RUN, T0, build_app,
-                              grpo_step_metrics, settle, train_script, visible_text)
+                              content_widths, grpo_step_metrics, settle, train_script, visible_text)
 from tui.data import gate_record
 from tui.widgets.metric_table import MetricTable
 from tui.widgets.rollout_stream import RolloutStream
@@ -213,10 +213,6 @@ async def test_the_rollout_stream_fits_its_columns_to_the_rows_at_once_and_shows
     def rollout(task_id: str, completion: str) -> RolloutScored:
         return RolloutScored(run_id="r", step=3, task_id=task_id, sample_index=0, completion=completion,
                              reward=0.5, bucket="success", reason="")
-
-    def content_widths(table: RolloutStream) -> dict[str, int]:
-        return {str(column.label): column.get_render_width(table) - 2 * table.cell_padding
-                for column in table.ordered_columns}
 
     app = One()
     async with app.run_test(size=(120, 10)):

@@ -8,8 +8,8 @@ import pytest
 from textual.widgets import DataTable
 
 from appliance.events import RunFailed
-from test_tui_support import (BASE_METRICS, FAILED_EVAL, GRPO_RUN, build_app, settle, eval_script, train_script,
-                               visible_text)
+from test_tui_support import (BASE_METRICS, FAILED_EVAL, GRPO_RUN, build_app, content_widths, settle, eval_script,
+                               train_script, visible_text)
 from tui.screens.audit import AuditScreen
 from tui.screens.help import HelpScreen
 from tui.widgets.alarm_banner import AlarmBanner
@@ -82,6 +82,9 @@ async def test_evaluate_sample_browser_filters_by_bucket_and_compare_shows_delta
         screen = app.screen
         assert screen.eval_id == "eval-sft" and screen.query_one("#samples", DataTable).row_count == 4
         screen.query_one("#bucket-filter").value = "success"
+        screen._fill_samples()  # no await: the next frame must show the final widths, not wait for an idle refit
+        widths = content_widths(screen.query_one("#samples", DataTable))
+        assert widths["task"] == len("task-0") and widths["bucket"] == len("success")
         await settle(app, pilot)
         assert [r[2] for r in cell_texts(screen.query_one("#samples", DataTable))] == ["success", "success"]
         screen.query_one("#eval-tabs").active = "tab-compare"

@@ -164,6 +164,12 @@ def visible_text(app) -> str:
     return "\n".join(lines)
 
 
+def content_widths(table) -> dict[str, int]:
+    """Each DataTable column's width as drawn now, less its padding: what a screenshot would show."""
+    return {str(column.label): column.get_render_width(table) - 2 * table.cell_padding
+            for column in table.ordered_columns}
+
+
 async def settle(app, pilot, quiet_rounds: int = 3, max_rounds: int = 60) -> None:
     """Let workers finish and their messages land (no sleeps).
 

@@ -28,12 +28,20 @@ from tui.widgets.metric_table import MetricTable, format_metric, metric_value
 from tui.widgets.nav_bar import NavBar
 from tui.widgets.sample_view import SampleView
 from tui.widgets.status import eval_options
+from tui.widgets.tables import fill_table
 
 # What `appliance eval` does when a flag is absent, and each setting's help text: the engine's, not ours.
 EVAL_DEFAULTS = EvalSettings()
 EVAL_HELP = {f.name: f.metadata.get("help", "") for f in fields(EvalSettings)}
 # (key, tab id, title): every tab has a key, shown in the footer.
 TABS = (("m", "tab-metrics", "Metrics"), ("v", "tab-samples", "Samples"), ("c", "tab-compare", "Compare"))
+SAMPLE_COLUMNS = ("task", "#", "bucket", "reward")
+
+
+def sample_cells(sample: dict[str, Any]) -> tuple[Any, ...]:
+    """One stored eval sample as a row of the samples table (SAMPLE_COLUMNS)."""
+    return (pick(sample, "task_id", default="?"), pick(sample, "sample_index", default=0), sample.get("bucket", ""),
+            f"{pick(sample, 'reward', default=0.0):.2f}")
 
 
 def metrics_of(row: dict[str, Any]) -> dict[str, Any]:
@@ -169,7 +177,7 @@ class EvaluateScreen(Screen):
         yield Footer(compact=True)
 
     def on_mount(self) -> None:
-        self.query_one("#samples", DataTable).add_columns("task", "#", "bucket", "reward")
+        fill_table(self.query_one("#samples", DataTable), SAMPLE_COLUMNS, [])
         self.query_one("#metrics", MetricTable).show(("—", {}))
         self.query_one("#compare", MetricTable).show(("A", {}), ("B", {}))
         self.action_refresh()
@@ -297,14 +305,11 @@ class EvaluateScreen(Screen):
 
     def _fill_samples(self) -> None:
         bucket = self.query_one("#bucket-filter", Select).value
-        table = self.query_one("#samples", DataTable)
-        table.clear()
-        for index, sample in enumerate(self.samples):
-            if bucket is Select.NULL or sample.get("bucket") == bucket:
-                table.add_row(pick(sample, "task_id", default="?"), pick(sample, "sample_index", default=0),
-                              sample.get("bucket", ""), f"{pick(sample, 'reward', default=0.0):.2f}",
-                              key=str(index))
-        if not table.row_count:
+        shown = [(index, sample) for index, sample in enumerate(self.samples)
+                 if bucket is Select.NULL or sample.get("bucket") == bucket]
+        fill_table(self.query_one("#samples", DataTable), SAMPLE_COLUMNS,
+                   [sample_cells(sample) for _, sample in shown], keys=[str(index) for index, _ in shown])
+        if not shown:
             self.query_one(SampleView).show(None)
 
     @on(Select.Changed, "#bucket-filter")
