@@ -36,6 +36,7 @@ EVAL_HELP = {f.name: f.metadata.get("help", "") for f in fields(EvalSettings)}
 # (key, tab id, title): every tab has a key, shown in the footer.
 TABS = (("m", "tab-metrics", "Metrics"), ("v", "tab-samples", "Samples"), ("c", "tab-compare", "Compare"))
 SAMPLE_COLUMNS = ("task", "#", "bucket", "reward")
+SAMPLE_KEY_COLUMNS = 3  # the reward goes first in a narrow pane: the sample view beside it shows it too
 
 
 def sample_cells(sample: dict[str, Any]) -> tuple[Any, ...]:
@@ -308,7 +309,8 @@ class EvaluateScreen(Screen):
         shown = [(index, sample) for index, sample in enumerate(self.samples)
                  if bucket is Select.NULL or sample.get("bucket") == bucket]
         fill_table(self.query_one("#samples", DataTable), SAMPLE_COLUMNS,
-                   [sample_cells(sample) for _, sample in shown], keys=[str(index) for index, _ in shown])
+                   [sample_cells(sample) for _, sample in shown], keys=[str(index) for index, _ in shown],
+                   required=SAMPLE_KEY_COLUMNS)
         if not shown:
             self.query_one(SampleView).show(None)
 
