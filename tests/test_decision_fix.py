@@ -1,6 +1,8 @@
 """The lightest fix: prompt, SFT, DPO or GRPO, read from the failure buckets, each with its counts."""
 from __future__ import annotations
 
+import json
+
 from appliance.evaluate.decision import failure_detail, lightest_fix, recommend
 from appliance.evaluate.metrics import ScoredSample
 from appliance.task import Task, ToolCall, Verdict
@@ -74,4 +76,25 @@ def test_failure_detail_counts_confusions_and_undocumented_missing_arguments():
                ScoredSample("t1", 1, '{"name": "a_send", "arguments": {}}', _verdict("wrong_arguments"), 0, {}, 0,
                             0, 0)]
     detail = failure_detail(samples, {"t1": task}, lambda _: tools)
-    assert detail == {"confusions": {"a_send → a_reply": 1}, "undocumented_missing_arguments": {"a_send.to": 1}}
+    assert detail == {"confusions": {"a_send → a_reply": 1}, "undocumented_missing_arguments": {"a_send.to": 1},
+                      "undeclared_arguments": {}}
+
+
+def test_failure_detail_counts_arguments_a_closed_schema_does_not_declare():
+    """As the verifier reads a schema: closed by default when it lists properties, open when it says so."""
+    def tool(name: str, **extra) -> dict:
+        return {"type": "function", "function": {"name": name, "description": "", "parameters": {
+            "type": "object", "properties": {"event_id": {"type": "string"}}, **extra}}}
+
+    tools = [tool("delete"), tool("strict_delete", additionalProperties=False), tool("open_delete",
+                                                                                       additionalProperties=True)]
+    samples, tasks = [], {}
+    for index, name in enumerate(("delete", "strict_delete", "open_delete")):
+        task_id = f"t{index}"
+        tasks[task_id] = Task(task_id, ({"role": "user", "content": "delete 1"},),
+                              (ToolCall(name, {"event_id": "1"}),), "single_step", {})
+        completion = json.dumps({"name": name, "arguments": {"event_id": "1", "field": "x", "new_value": "1"}})
+        samples.append(ScoredSample(task_id, 0, completion, _verdict("wrong_arguments"), 0, {}, 0, 0, 0))
+    detail = failure_detail(samples, tasks, lambda _: tools)
+    assert detail["undeclared_arguments"] == {"delete.field": 1, "delete.new_value": 1, "strict_delete.field": 1,
+                                              "strict_delete.new_value": 1}

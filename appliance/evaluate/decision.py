@@ -119,14 +119,18 @@ def lightest_fix(metrics: dict[str, Any], t: DecisionThresholds = DecisionThresh
 
 
 def failure_detail(samples: Iterable[Any], tasks: dict[str, Any], tools_for: Any) -> dict[str, dict[str, int]]:
-    """From scored samples: 'expected → called' tool confusions and undocumented missing arguments, counted.
+    """From scored samples, counted: 'expected → called' tool confusions, undocumented missing arguments, and
+    arguments a call carries that its tool does not declare (`tool.argument`).
 
-    `tasks` maps task id to Task; `tools_for(task)` gives the tools it was shown.
+    `tasks` maps task id to Task; `tools_for(task)` gives the tools it was shown. Undeclared arguments are how
+    GRPO's losses showed on the embedded model (docs/learning.md, session 20: the update tools' `field` and
+    `new_value` carried onto the deletes); the store keeps the counts in each eval's metrics.
     """
     from appliance.parsing import parse_tool_calls
 
     confusions: Counter = Counter()
     missing: Counter = Counter()
+    undeclared: Counter = Counter()
     for sample in samples:
         bucket, task = sample.verdict.bucket, tasks.get(sample.task_id)
         if task is None or bucket not in ("wrong_tool", "wrong_arguments"):
@@ -143,14 +147,34 @@ def failure_detail(samples: Iterable[Any], tasks: dict[str, Any], tools_for: Any
             if wrong and right:
                 confusions[f"{right} → {wrong}"] += 1
             continue
+        tools = tools_for(task)
+        for name, arguments in called:
+            declared = _declared_arguments(name, tools)
+            for argument in arguments if declared is not None else ():
+                if argument not in declared:
+                    undeclared[f"{name}.{argument}"] += 1
         for call in task.expected:
             given = next((args for name, args in called if name == call.name), None)
             if given is None:
                 continue
             for argument in call.arguments:
-                if argument not in given and not _documented(call.name, argument, tools_for(task)):
+                if argument not in given and not _documented(call.name, argument, tools):
                     missing[f"{call.name}.{argument}"] += 1
-    return {"confusions": dict(confusions), "undocumented_missing_arguments": dict(missing)}
+    return {"confusions": dict(confusions), "undocumented_missing_arguments": dict(missing),
+            "undeclared_arguments": dict(undeclared)}
+
+
+def _declared_arguments(tool_name: str, tools: Sequence[dict[str, Any]]) -> set[str] | None:
+    """The argument names the tool's schema declares; None for a tool not shown or one that takes others too.
+
+    As the verifier reads a schema: with `properties` and no `additionalProperties`, or that set to false, an
+    argument the schema does not declare fails the call.
+    """
+    function = next((t["function"] for t in tools if t.get("function", {}).get("name") == tool_name), None)
+    parameters = (function or {}).get("parameters") or {}
+    if "properties" not in parameters or parameters.get("additionalProperties", False) is not False:
+        return None
+    return set(parameters["properties"])
 
 
 def _documented(tool_name: str, argument: str, tools: Sequence[dict[str, Any]]) -> bool:
