@@ -1,7 +1,9 @@
 """How much of an eval's failure is calls carrying arguments their tool does not declare? Re-verified without them.
 
 Each stored answer of each eval is parsed again, every argument that its called
-tool's schema does not declare is dropped, and the calls are verified again. For
+tool's schema does not declare is dropped (where the schema is closed, as the
+verifier reads it: `appliance.evaluate.decision.declared_arguments`), and the
+calls are verified again. For
 a call whose only fault was such an argument this is the answer that decoding
 held to the tool's schema would have had to emit (an object whose declared keys
 are all written can only close); for other answers it is an upper bound, since
@@ -66,17 +68,19 @@ def rescore(ws: Any, pack: Any, verifier: Any, eval_id: str) -> tuple[dict[str, 
 
 
 def succeeds_without_undeclared(pack: Any, verifier: Any, task: Any, completion: str) -> bool:
+    from appliance.evaluate.decision import declared_arguments
     from appliance.parsing import parse_tool_calls
     from appliance.task import ToolCall
 
     parsed = parse_tool_calls(completion)
     if not parsed.ok:
         return verifier.verify(task, completion).success
-    declared = {schema["name"]: set(schema.get("parameters", {}).get("properties", {}))
-                for schema in (tool.get("function", tool) for tool in pack.tools_for(task))}
-    calls = [ToolCall(call.name, {key: value for key, value in call.arguments.items()
-                                  if call.name not in declared or key in declared[call.name]})
-             for call in parsed.calls]
+    tools = pack.tools_for(task)
+    calls = []
+    for call in parsed.calls:
+        declared = declared_arguments(call.name, tools)
+        calls.append(ToolCall(call.name, {key: value for key, value in call.arguments.items()
+                                          if declared is None or key in declared}))
     return verifier.verify_calls(task, calls).success
 
 

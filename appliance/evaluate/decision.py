@@ -149,7 +149,7 @@ def failure_detail(samples: Iterable[Any], tasks: dict[str, Any], tools_for: Any
             continue
         tools = tools_for(task)
         for name, arguments in called:
-            declared = _declared_arguments(name, tools)
+            declared = declared_arguments(name, tools)
             for argument in arguments if declared is not None else ():
                 if argument not in declared:
                     undeclared[f"{name}.{argument}"] += 1
@@ -164,7 +164,7 @@ def failure_detail(samples: Iterable[Any], tasks: dict[str, Any], tools_for: Any
             "undeclared_arguments": dict(undeclared)}
 
 
-def _declared_arguments(tool_name: str, tools: Sequence[dict[str, Any]]) -> set[str] | None:
+def declared_arguments(tool_name: str, tools: Sequence[dict[str, Any]]) -> set[str] | None:
     """The argument names the tool's schema declares; None for a tool not shown or one that takes others too.
 
     As the verifier reads a schema: with `properties` and no `additionalProperties`, or that set to false, an
