@@ -30,6 +30,17 @@ def test_one_undocumented_missing_argument_is_a_tool_description_fix():
     assert fix.kind == "prompt" and "calendar_create_event.duration" in fix.reason
 
 
+def test_one_undeclared_argument_in_most_failures_is_a_tool_description_fix():
+    fix = lightest_fix(metrics({"wrong_arguments": 6, "success": 4},
+                               detail={"undeclared_arguments": {"calendar_delete_event.field": 4}}))
+    assert fix.kind == "prompt"
+    assert "4 of 6 failures: calls carry an argument their tool does not declare" in fix.reason
+    assert fix.evidence["undeclared_argument"] == {"calendar_delete_event.field": 4}
+    spread = lightest_fix(metrics({"wrong_arguments": 6, "success": 4},
+                                  detail={"undeclared_arguments": {"a.x": 2, "b.y": 2}}))
+    assert spread.kind == "grpo"  # no single argument explains half the failures
+
+
 def test_triaged_hallucinated_apis_are_a_prompt_fix():
     fix = lightest_fix(metrics({"success": 10}), triage_modes={"hallucinated_api": 4, "success": 3})
     assert fix.kind == "prompt" and fix.evidence["triage"] == {"hallucinated_api": 4}

@@ -83,11 +83,14 @@ def lightest_fix(metrics: dict[str, Any], t: DecisionThresholds = DecisionThresh
     detail = metrics.get("failure_detail") or {}
     confusions = Counter(detail.get("confusions") or {})
     missing = Counter(detail.get("undocumented_missing_arguments") or {})
+    undeclared = Counter(detail.get("undeclared_arguments") or {})
     evidence: dict[str, Any] = {"failures": failures, "buckets": dict(buckets), **({"triage": dict(triaged)}
                                                                                  if triaged else {})}
     for name, counts, what in (("confusion", confusions, "one tool is called for another"),
                                ("missing_argument", missing, "one argument the tool description does not "
-                                                             "mention is left out")):
+                                                             "mention is left out"),
+                               ("undeclared_argument", undeclared, "calls carry an argument their tool does "
+                                                                   "not declare")):
         if counts:
             top, n = counts.most_common(1)[0]
             if n >= 2 and n >= t.prompt_fix_share * failures:
