@@ -29,9 +29,11 @@ from tui.data import audit_labels, is_finished, newest_finished, pick, recent_ev
 from tui.widgets.nav_bar import NavBar
 from tui.widgets.sample_view import SampleView
 from tui.widgets.status import eval_options
+from tui.widgets.tables import fill_table
 
 DEFAULT_AUDIT_SIZE = 64
 AUDITOR = "tui"
+AGREEMENT_COLUMNS = ("bucket", "n", "agree", "rate")
 
 
 def sample_key(row: dict[str, Any]) -> tuple[str, int]:
@@ -92,7 +94,7 @@ class AuditScreen(Screen):
         yield Footer(compact=True)
 
     def on_mount(self) -> None:
-        self.query_one("#agreement", DataTable).add_columns("bucket", "n", "agree", "rate")
+        fill_table(self.query_one("#agreement", DataTable), AGREEMENT_COLUMNS, [])
         self.query_one("#audit-note").display = False
 
     def on_screen_resume(self) -> None:
@@ -210,12 +212,12 @@ class AuditScreen(Screen):
     def _agreement(self, message: Agreement) -> None:
         if message.eval_id != self.eval_id:
             return
-        table = self.query_one("#agreement", DataTable)
-        table.clear()
-        for bucket, row in message.agreement["by_bucket"].items():
-            table.add_row(bucket, row["n"], row["agree"], f"{row['rate']:.0%}")
-        if message.agreement["n"]:
-            table.add_row("all", message.agreement["n"], "", f"{message.agreement['rate']:.0%}")
+        agreement = message.agreement
+        rows = [(bucket, row["n"], row["agree"], f"{row['rate']:.0%}")
+                for bucket, row in agreement["by_bucket"].items()]
+        if agreement["n"]:
+            rows.append(("all", agreement["n"], "", f"{agreement['rate']:.0%}"))
+        fill_table(self.query_one("#agreement", DataTable), AGREEMENT_COLUMNS, rows)
 
     def _show(self) -> None:
         position = self.query_one("#audit-position", Static)
