@@ -23,6 +23,15 @@ import argparse
 from collections import defaultdict
 from typing import Any
 
+from appliance.evaluate.compare import paired_bootstrap
+from appliance.evaluate.decision import declared_arguments
+from appliance.evaluate.stored import per_task_success
+from appliance.packs.pack import load_pack
+from appliance.parsing import parse_tool_calls
+from appliance.store.workspace import Workspace
+from appliance.task import ToolCall
+from appliance.verify import Verifier
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -31,11 +40,6 @@ def main() -> None:
     parser.add_argument("--pack", default="workplace-single")
     parser.add_argument("--tasks-root", default="tasks")
     args = parser.parse_args()
-
-    from appliance.evaluate.compare import paired_bootstrap
-    from appliance.packs.pack import load_pack
-    from appliance.store.workspace import Workspace
-    from appliance.verify import Verifier
 
     pack = load_pack(args.pack, root=args.tasks_root)
     verifier = Verifier.for_pack(pack)
@@ -55,23 +59,18 @@ def main() -> None:
 
 
 def rescore(ws: Any, pack: Any, verifier: Any, eval_id: str) -> tuple[dict[str, float], dict[str, float]]:
-    """Per task: the stored success rate and the rate with undeclared arguments dropped."""
-    _, rows = ws.query("SELECT task_id, completion, v_bucket FROM eval_samples WHERE eval_id = ?", [eval_id])
+    """Per task: the stored success rate (as `appliance eval compare` reads it) and the rate with undeclared
+    arguments dropped."""
+    _, rows = ws.query("SELECT task_id, completion FROM eval_samples WHERE eval_id = ?", [eval_id])
     if not rows:
         raise SystemExit(f"eval {eval_id!r} has no stored samples in this workspace.")
-    stored, held = defaultdict(list), defaultdict(list)
-    for task_id, completion, bucket in rows:
-        stored[task_id].append(bucket == "success")
+    held = defaultdict(list)
+    for task_id, completion in rows:
         held[task_id].append(succeeds_without_undeclared(pack, verifier, pack.task(task_id), completion))
-    return ({task: sum(v) / len(v) for task, v in stored.items()},
-            {task: sum(v) / len(v) for task, v in held.items()})
+    return per_task_success(ws, eval_id), {task: sum(v) / len(v) for task, v in held.items()}
 
 
 def succeeds_without_undeclared(pack: Any, verifier: Any, task: Any, completion: str) -> bool:
-    from appliance.evaluate.decision import declared_arguments
-    from appliance.parsing import parse_tool_calls
-    from appliance.task import ToolCall
-
     parsed = parse_tool_calls(completion)
     if not parsed.ok:
         return verifier.verify(task, completion).success

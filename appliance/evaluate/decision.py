@@ -173,16 +173,20 @@ def declared_arguments(tool_name: str, tools: Sequence[dict[str, Any]]) -> set[s
     As the verifier reads a schema: with `properties` and no `additionalProperties`, or that set to false, an
     argument the schema does not declare fails the call.
     """
-    function = next((t["function"] for t in tools if t.get("function", {}).get("name") == tool_name), None)
-    parameters = (function or {}).get("parameters") or {}
+    parameters = (_function(tool_name, tools) or {}).get("parameters") or {}
     if "properties" not in parameters or parameters.get("additionalProperties", False) is not False:
         return None
     return set(parameters["properties"])
 
 
+def _function(tool_name: str, tools: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """The OpenAI `function` object of the named tool among those shown, or None."""
+    return next((t["function"] for t in tools if t.get("function", {}).get("name") == tool_name), None)
+
+
 def _documented(tool_name: str, argument: str, tools: Sequence[dict[str, Any]]) -> bool:
     """The tool's description, or the argument's own, says something about the argument."""
-    function = next((t["function"] for t in tools if t.get("function", {}).get("name") == tool_name), None)
+    function = _function(tool_name, tools)
     if function is None:
         return False
     schema = (function.get("parameters") or {}).get("properties", {}).get(argument) or {}

@@ -60,6 +60,7 @@ class MetricTable(DataTable):
             rows.append([label, *cells])
         fill_table(self, columns, rows)  # sized from the cells: no frame cut to the headers
 
+
 def _delta(before: float | None, after: float | None, kind: str) -> str:
     if before is None or after is None:
         return "—"
