@@ -15,7 +15,7 @@ import sys
 import traceback
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from appliance.errors import ApplianceError
 from appliance.interrupts import sigterm_as_interrupt
@@ -56,6 +56,12 @@ def _gate_help(name: str) -> str:
     from appliance.promotion import GateSettings
 
     return next(f.metadata["help"] for f in fields(GateSettings) if f.name == name)
+
+
+def _gate_default(name: str) -> Any:
+    from appliance.promotion import GateSettings
+
+    return getattr(GateSettings(), name)
 
 
 def positive_int(text: str) -> int:
@@ -187,6 +193,7 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
     option("--batch-size", "batch_size", type=positive_int)
     option("--backend", "backend", choices=["auto", "hf", "vllm"])
     option("--seed", "seed", type=int)
+    option("--strict", "strict", action=argparse.BooleanOptionalAction)
     _format(p, "the eval's metrics, or `eval compare`'s deltas")
     _common(p, events=True)
 
@@ -220,6 +227,7 @@ _TRAIN_FLAGS = (  # (flag, TrainConfig field, type, the stages that take it; Non
     ("--screen-limit", "screen_limit", int, ("grpo",)),
     ("--max-no-call-share", "max_no_call_share", float, ("grpo",)),
     ("--guide-failed-groups", "guide_failed_groups", bool, ("grpo",)),
+    ("--strict", "strict", bool, None),
     ("--sft-anchor", "sft_anchor", float, ("grpo",)), ("--sft-anchor-batch", "sft_anchor_batch", int, ("grpo",)),
     ("--pairs-from", "pairs_from", str, ("dpo",)), ("--pairs-per-task", "pairs_per_task", int, ("dpo",)),
     ("--min-pairs", "min_pairs", int, ("dpo",)), ("--reference-pairs", "reference_pairs", bool, ("dpo",)),
@@ -297,6 +305,8 @@ def _add_checkpoints(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", default=None, help="base model (default: the one in the checkpoint's manifest)")
     p.add_argument("--pack", default=None, help="task pack (default: the one the checkpoint was trained on)")
     p.add_argument("--limit", type=positive_int, default=None, help=_gate_help("limit"))
+    p.add_argument("--strict", action=argparse.BooleanOptionalAction, default=_gate_default("strict"),
+                   help=_gate_help("strict"))
     _common(p, events=True)
     p = sub.add_parser("rollback", help="return to the previously promoted adapter")
     p.add_argument("--root", default="checkpoints")
@@ -315,6 +325,7 @@ _RUN_FLAGS = (
     ("--baseline-only", "baseline_only", bool), ("--checkpoints", "checkpoints_root", str),
     ("--baseline-k", "baseline_k", positive_int), ("--eval-limit", "eval_limit", positive_int),
     ("--sft-steps", "sft_steps", positive_int), ("--grpo-steps", "grpo_steps", positive_int),
+    ("--strict", "strict", bool),
 )
 
 
@@ -328,8 +339,9 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     for flag, name, kind in _RUN_FLAGS:
         default = spec[name].default if spec[name].default is not MISSING else None
         help_text = spec[name].metadata["help"]
-        if kind is bool:
-            p.add_argument(flag, dest=name, action="store_true", help=help_text)
+        if kind is bool:  # --flag / --no-flag, from the field's default
+            p.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=default,
+                           help=f"{help_text} (default: {default})")
         else:
             shown = "" if default is None else f" (default: {default})"
             p.add_argument(flag, dest=name, type=kind, default=default, help=help_text + shown)

@@ -126,7 +126,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     settings = EvalSettings(model=args.model, adapter=args.adapter, pack=args.pack, split=args.split, k=args.k,
                             limit=args.limit, temperature=args.temperature, max_new_tokens=args.max_new_tokens,
-                            batch_size=args.batch_size, backend=args.backend, seed=args.seed,
+                            batch_size=args.batch_size, backend=args.backend, seed=args.seed, strict=args.strict,
                             tasks_root=args.tasks_root)
     result = run_eval(settings, workspace=ws, sink=_event_sink(args), allow_interrupt=True)
     if args.events:
@@ -249,7 +249,7 @@ def cmd_promote(args: argparse.Namespace) -> int:
 
     decision = promote(args.checkpoint, root=args.root, model=args.model, pack=args.pack,
                        tasks_root=args.tasks_root, workspace=_workspace(args), sink=_event_sink(args),
-                       settings=GateSettings(limit=args.limit))
+                       settings=GateSettings(limit=args.limit, strict=args.strict))
     report.print_promotion(decision)
     return 0 if decision.promoted else EXIT_NOT_PROMOTED
 

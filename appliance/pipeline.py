@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from appliance.errors import ApplianceError
+from appliance.generate.strict import STRICT_BY_DEFAULT
 from appliance.interrupts import sigterm_as_interrupt
 from appliance.events import (Event, EventSink, EvalFinished, RunFailed, RunFinished, RunStarted, null_sink,
                               parse_event)
@@ -50,6 +51,8 @@ class PipelineSettings:
     # 30 lost 8.3 points. Time: 100 + 15 steps took 60 min, 150 + 30 took 86; 150 + 15 is about 69 (unmeasured).
     sft_steps: int = field(default=150, metadata={"help": "SFT steps when SFT is recommended"})
     grpo_steps: int = field(default=15, metadata={"help": "GRPO steps"})
+    strict: bool = field(default=STRICT_BY_DEFAULT, metadata={
+        "help": "hold every answer to the tools' schemas while decoding: baseline, training and gate alike"})
     checkpoints_root: str = field(default="checkpoints", metadata={"help": "adapter registry"})
 
     def __post_init__(self) -> None:
@@ -123,7 +126,8 @@ def _timed(result: PipelineResult, stage: str, started: float) -> None:
 
 
 def _common_args(s: PipelineSettings, workspace: Any) -> list[str]:
-    return ["--workspace", str(workspace.root), "--tasks-root", s.tasks_root]
+    return ["--workspace", str(workspace.root), "--tasks-root", s.tasks_root,
+            "--strict" if s.strict else "--no-strict"]
 
 
 def run_pipeline(s: PipelineSettings, *, workspace: Any, sink: EventSink = null_sink) -> PipelineResult:
@@ -225,7 +229,8 @@ def _promote(s: PipelineSettings, adapter: str, workspace: Any, sink: EventSink,
 
     t0 = time.perf_counter()
     decision = promote(adapter, root=s.checkpoints_root, model=s.model, pack=s.pack, tasks_root=s.tasks_root,
-                       workspace=workspace, sink=sink, settings=GateSettings(limit=s.eval_limit), reuse=reuse)
+                       workspace=workspace, sink=sink, settings=GateSettings(limit=s.eval_limit, strict=s.strict),
+                       reuse=reuse)
     _timed(result, "gate", t0)
     result.promoted, result.candidate = decision.promoted, adapter
     result.lines.append(("PROMOTED: " if decision.promoted else "NOT PROMOTED: ") + decision.summary)

@@ -22,6 +22,7 @@ from typing import Any
 from appliance.errors import ApplianceError
 from appliance.evaluate.compare import SuccessDelta, paired_bootstrap
 from appliance.events import EventSink, Log, null_sink
+from appliance.generate.strict import STRICT_BY_DEFAULT
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,9 @@ class GateSettings:
         "help": "largest allowed drop in regression-split success (absolute); a significant paired drop is "
                 "always refused"})
     limit: int | None = field(default=None, metadata={"help": "evaluate only the first N tasks of each split"})
+    strict: bool = field(default=STRICT_BY_DEFAULT, metadata={
+        "help": "evaluate both sides with answers held to the tools' schemas (a stored eval is reused only when "
+                "it was decoded the same way)"})
 
 
 @dataclass(frozen=True)
@@ -121,16 +125,24 @@ def _measure(model: str, adapter: str | None, pack: str, split: str, s: GateSett
     from appliance.evaluate.stored import eval_metrics, per_task_success
 
     if reuse_eval:
-        sink(Log(message=f"gate: reusing stored eval {reuse_eval} for {adapter or 'the base model'}"))
-        return _Measured(eval_metrics(workspace, reuse_eval), per_task_success(workspace, reuse_eval))
+        stored = eval_metrics(workspace, reuse_eval)
+        if bool(stored.get("strict")) == s.strict:
+            sink(Log(message=f"gate: reusing stored eval {reuse_eval} for {adapter or 'the base model'}"))
+            return _Measured(stored, per_task_success(workspace, reuse_eval))
+        sink(Log(message=f"gate: stored eval {reuse_eval} was decoded {_decoding(not s.strict)}; "
+                         f"evaluating {adapter or 'the base model'} again, {_decoding(s.strict)}"))
     from appliance.evaluate import EvalSettings, run_eval
     from appliance.evaluate.metrics import success_rate_by_task
 
     settings = EvalSettings(model=model, adapter=adapter, pack=pack, split=split, k=1, limit=s.limit,
-                            tasks_root=tasks_root)
+                            tasks_root=tasks_root, strict=s.strict)
     sink(Log(message=f"gate eval: {adapter or 'base model'} on {pack}/{split}"))
     report = run_eval(settings, workspace=workspace, sink=sink)
     return _Measured(report.metrics, success_rate_by_task(report.samples))
+
+
+def _decoding(strict: bool) -> str:
+    return "held to the tools' schemas" if strict else "freely"
 
 
 def collect_evidence(candidate: str, baseline: str | None, *, model: str, pack: str, tasks_root: str,

@@ -422,6 +422,13 @@ def _schemas(tools: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
     return schemas
 
 
+def closed_arguments(schema: Mapping[str, Any]) -> bool:
+    """Whether a call fails for an argument these parameters do not declare, as the verifier reads them:
+    they list properties and leave `additionalProperties` out (our reading: the listed ones are the tool's
+    arguments), or set it to false (JSON Schema's own reading)."""
+    return "properties" in schema and schema.get("additionalProperties", False) is False
+
+
 def _compile(schema: Mapping[str, Any]):
     """One validator per tool, built once: returns a function giving the first problem or ''.
 

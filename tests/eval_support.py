@@ -15,7 +15,8 @@ class ScriptedGenerator(Generator):
         self.answer = answer
         self.prompts: list[str] = []
 
-    def generate(self, prompts, *, n=1, temperature=0.0, top_p=1.0, max_new_tokens=128, stop=None, seed=None):
+    def generate(self, prompts, *, n=1, temperature=0.0, top_p=1.0, max_new_tokens=128, stop=None, seed=None,
+                 strict_tools=None):
         out = []
         for prompt in prompts:
             self.prompts.append(prompt)

@@ -129,10 +129,12 @@ class ScriptedGenerator(Generator):
     name = "scripted"
 
     def __init__(self, tokenizer, outputs):
-        self.tokenizer, self.outputs, self.prompts = tokenizer, list(outputs), []
+        self.tokenizer, self.outputs, self.prompts, self.held_to = tokenizer, list(outputs), [], []
 
-    def generate(self, prompts, *, n=1, temperature=0.0, top_p=1.0, max_new_tokens=128, stop=None, seed=None):
+    def generate(self, prompts, *, n=1, temperature=0.0, top_p=1.0, max_new_tokens=128, stop=None, seed=None,
+                 strict_tools=None):
         self.prompts.extend(prompts)
+        self.held_to.append(strict_tools)
         text = self.outputs.pop(0)
         return [[Sample(text, len(text.split()), len(p.split()), 0.01, "stop")] * n for p in prompts]
 
@@ -230,3 +232,20 @@ def test_openai_shaped_tool_calls_and_results_reach_the_prompt(tiny_model_dir, t
     assert card.id == Path(tiny_model_dir).name  # the base model alone
     _, rows = ws.query("SELECT count(DISTINCT conversation_id), count(*) FROM trajectories")
     assert rows == [(1, 2)]
+
+
+def test_a_strict_function_or_a_strict_server_holds_the_answer_to_the_offered_tools(
+        tiny_model_dir, tiny_tokenizer, ws, running):
+    """OpenAI's `"strict": true` on a function holds that request's answer; `--strict` holds every request."""
+    answer = '{"name": "email_search_emails", "arguments": {"query": "kofi"}}'
+    messages = [{"role": "user", "content": "Find kofi's emails."}]
+    for server_strict in (False, True):
+        generator = ScriptedGenerator(tiny_tokenizer, [answer] * 3)
+        config = ServeConfig(model=str(tiny_model_dir), base_only=True, pack=PACK, strict=server_strict)
+        endpoint = running(build_service(config, workspace=ws, tasks_root=TASKS, generator=generator))
+        tools = [t for t in endpoint.service.pack.tools if t["function"]["name"].startswith("email_")]
+        marked = [{**t, "function": {**t["function"], "strict": True}} for t in tools]
+        endpoint.client.chat.completions.create(model="m", messages=messages, tools=tools)
+        endpoint.client.chat.completions.create(model="m", messages=messages, tools=marked)
+        endpoint.client.chat.completions.create(model="m", messages=messages)  # no tools: nothing to hold to
+        assert generator.held_to == [[tools] if server_strict else None, [marked], None]

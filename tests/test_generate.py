@@ -169,13 +169,15 @@ class FakeUnslothModel:
 
     def fast_generate(self, prompts, sampling_params=None, lora_request=None, use_tqdm=True):
         self.calls.append((prompts, sampling_params, lora_request))
+        # vLLM takes one SamplingParams for all prompts or a list of one per prompt (entrypoints/llm.py:417).
+        per_prompt = sampling_params if isinstance(sampling_params, list) else [sampling_params] * len(prompts)
         return [
             FakeRequestOutput(
                 prompt_token_ids=prompt["prompt_token_ids"],
                 outputs=[FakeCompletion(f"{''.join(map(chr, prompt['prompt_token_ids']))}-{i}", [5] * (i + 1),
-                                        "length" if i else "stop") for i in range(sampling_params.n)],
+                                        "length" if i else "stop") for i in range(params.n)],
             )
-            for prompt in prompts
+            for prompt, params in zip(prompts, per_prompt)
         ]
 
 
@@ -208,6 +210,28 @@ def test_vllm_greedy_decodes_once_and_repeats(fake_vllm):
     [(_, params, lora)] = engine.calls
     assert params.n == 1 and params.temperature == 0.0 and lora is None
     assert texts(results) == [["ab-0"] * 3]
+
+
+def test_vllm_strict_holds_each_prompt_to_its_own_tools(fake_vllm, monkeypatch):
+    from appliance.generate.strict import answer_grammar
+
+    @dataclass
+    class FakeStructuredOutputsParams:  # vllm/sampling_params.py:101 (vllm 0.33.0): one constraint per request
+        grammar: str | None = None
+
+    sampling = types.ModuleType("vllm.sampling_params")
+    sampling.StructuredOutputsParams = FakeStructuredOutputsParams
+    monkeypatch.setitem(sys.modules, "vllm.sampling_params", sampling)
+    tools = [[{"type": "function", "function": {"name": name, "parameters": {"type": "object", "properties": {}}}}]
+             for name in ("first_tool", "second_tool")]
+    engine = FakeUnslothModel()
+    results = VLLMGenerator(engine).generate(["ab", "cde"], n=2, temperature=0.8, max_new_tokens=8,
+                                             strict_tools=tools)
+    [(_, params, _)] = engine.calls
+    assert [p.structured_outputs.grammar for p in params] == [answer_grammar(tools[0]), answer_grammar(tools[1])]
+    assert "first_tool" in params[0].structured_outputs.grammar and "first_tool" not in params[1].structured_outputs.grammar
+    assert all(p.n == 2 and p.temperature == 0.8 for p in params)
+    assert texts(results) == [["ab-0", "ab-1"], ["cde-0", "cde-1"]]
 
 
 def test_shared_prompt_head_is_prefilled_once_without_changing_outputs(loaded, monkeypatch):

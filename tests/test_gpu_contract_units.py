@@ -456,6 +456,40 @@ def test_the_trainers_live_lora_scratch_stays_in_the_run_folder(tmp_path, monkey
     assert (trainer_dir / "vllm_lora" / "vllm_gen_lora" / "adapter_config.json").is_file()
 
 
+def test_strict_colocated_rollouts_are_held_to_the_union_of_the_prompts_tools(monkeypatch, tmp_path):
+    """TRL builds one SamplingParams per batch (trl 1.15.0 vllm_generation.py:674-682), so one grammar holds all."""
+    import xgrammar as xgr
+
+    from appliance.tiny import build_tiny_tokenizer
+
+    built: dict[str, Any] = {}
+    monkeypatch.setattr(unsloth_backend, "build_grpo_trainer", lambda *args, **kwargs: built.setdefault("args", args))
+    backend = bare_unsloth_backend()
+    monkeypatch.setattr(backend, "backend_args", lambda: {})
+    monkeypatch.chdir(tmp_path)
+
+    def tool(name: str) -> dict[str, Any]:
+        return {"type": "function", "function": {"name": name, "parameters": {
+            "type": "object", "properties": {"id": {"type": "string"}}, "required": ["id"]}}}
+
+    strict = {"prompt one": [tool("delete_event")], "prompt two": [tool("delete_task"), tool("delete_event")]}
+    backend.make_grpo_trainer(UnslothModelWithEngine(), None, None, TrainConfig(stage="grpo", strict=True),
+                              {"output_dir": str(tmp_path / "trainer")}, [], [], strict_tools=strict)
+    grammar = built["args"][3]["generation_kwargs"]["structured_outputs"]["grammar"]
+    tokenizer = build_tiny_tokenizer()
+    compiled = xgr.GrammarCompiler(xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=len(tokenizer),
+                                                                      stop_token_ids=[2])).compile_grammar(grammar)
+
+    def takes(text: str) -> bool:
+        matcher = xgr.GrammarMatcher(compiled)
+        return matcher.accept_string(text) and matcher.accept_token(2)
+
+    assert takes('{"name": "delete_event", "arguments": {"id": "1"}}')
+    assert takes('{"name": "delete_task", "arguments": {"id": "1"}}')
+    assert not takes('{"name": "delete_task", "arguments": {"id": "1", "field": "x"}}')
+    assert not takes('{"name": "update_task", "arguments": {"id": "1"}}')
+
+
 # ---------------------------------------------------------------- 7. unsloth before transformers
 
 def test_a_run_on_the_unsloth_backend_imports_unsloth_before_transformers(tmp_path):

@@ -152,6 +152,30 @@ def test_guided_grpo_trains_on_the_reference_answer_where_no_sample_succeeded(co
     assert all(r[4] > 0 for r in rows)  # the exact reward ranks it first in its group
 
 
+def test_strict_grpo_holds_each_rollout_to_its_prompts_tools(config, monkeypatch):
+    from appliance.generate.hf import HFGenerator
+    from appliance.models import load_model
+    from appliance.packs import load_pack
+    from appliance.train.grpo import grpo_rows
+
+    calls = []
+    generate = HFGenerator.generate
+
+    def spy(self, prompts, **kwargs):
+        calls.append((list(prompts), kwargs.get("strict_tools")))
+        return generate(self, prompts, **kwargs)
+
+    monkeypatch.setattr(HFGenerator, "generate", spy)
+    grpo(dataclasses.replace(config, strict=True))
+    pack, (_, tokenizer) = load_pack(config.pack), load_model(config.model)
+    by_prompt = {row["prompt"]: pack.tools_for(pack.task(row["task_id"]))
+                 for split in pack.splits for row in grpo_rows(pack, tokenizer, split)}
+    assert calls and all(tools == [by_prompt[p] for p in prompts] for prompts, tools in calls)
+    calls.clear()
+    grpo(config)
+    assert calls and all(tools is None for _, tools in calls)
+
+
 def constant_reward(prompts, completions, **kwargs):
     return [1.0] * len(completions)
 

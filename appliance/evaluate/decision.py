@@ -173,8 +173,10 @@ def declared_arguments(tool_name: str, tools: Sequence[dict[str, Any]]) -> set[s
     As the verifier reads a schema: with `properties` and no `additionalProperties`, or that set to false, an
     argument the schema does not declare fails the call.
     """
+    from appliance.verify import closed_arguments
+
     parameters = (_function(tool_name, tools) or {}).get("parameters") or {}
-    if "properties" not in parameters or parameters.get("additionalProperties", False) is not False:
+    if not closed_arguments(parameters):
         return None
     return set(parameters["properties"])
 

@@ -17,18 +17,18 @@ HELDOUT_KEYS = ("execution_success_rate", "valid_json_rate", "unsafe_action_rate
 
 def make_heldout_eval(*, model: str, pack: str, workspace: Any, split: str = "val", limit: int | None = 32,
                       k: int = 1, tasks_root: str = "tasks", sink: EventSink = null_sink,
-                      max_new_tokens: int = 96) -> Callable[[str, int], dict[str, Any]]:
+                      max_new_tokens: int = 96, strict: bool = False) -> Callable[[str, int], dict[str, Any]]:
     from appliance.evaluate.runner import EvalSettings, run_eval
 
     # Checked now, not at the first checkpoint: a bad limit should not cost a training run.
     EvalSettings(model=model, pack=pack, split=split, k=k, limit=limit, tasks_root=tasks_root,
-                 max_new_tokens=max_new_tokens).validate()
+                 max_new_tokens=max_new_tokens, strict=strict).validate()
 
     def on_eval(adapter_dir: str, step: int, engine: Any = None, tokenizer: Any = None,
                 run_id: str | None = None) -> dict[str, Any]:
         """`engine`: the trainer's colocated vLLM (Unsloth) — reused with the adapter, never a second engine."""
         settings = EvalSettings(model=model, adapter=str(adapter_dir), pack=pack, split=split, k=k, limit=limit,
-                                tasks_root=tasks_root, max_new_tokens=max_new_tokens, run_id=run_id)
+                                tasks_root=tasks_root, max_new_tokens=max_new_tokens, run_id=run_id, strict=strict)
         generator, reason = None, ""
         if engine is not None:
             from appliance.generate import make_generator

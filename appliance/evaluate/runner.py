@@ -18,6 +18,7 @@ from appliance.evaluate.agent import Trajectory, label_lost_track, run_trajector
 from appliance.evaluate.decision import DecisionThresholds, Recommendation, failure_detail, recommend
 from appliance.evaluate.metrics import ScoredSample, summarize
 from appliance.evaluate.scoring import Scorer, make_scorer
+from appliance.generate.strict import STRICT_BY_DEFAULT
 from appliance.events import EvalFinished, EventSink, Progress, RunStarted, null_sink
 from appliance.task import Task
 
@@ -36,6 +37,9 @@ class EvalSettings:
     batch_size: int = field(default=32, metadata={"help": "prompts per generation call"})
     backend: str = field(default="auto", metadata={"help": "auto | hf | vllm"})
     seed: int = field(default=0, metadata={"help": "sampling seed"})
+    strict: bool = field(default=STRICT_BY_DEFAULT, metadata={
+        "help": "hold every answer to the task's tool schemas while decoding (no unknown tool, no undeclared "
+                "argument, no value outside an enum), as OpenAI's strict function calling does"})
     tasks_root: str = field(default="tasks", metadata={"help": "folder holding task packs"})
     run_id: str | None = field(default=None, metadata={"help": "training run this eval belongs to, if any"})
 
@@ -89,11 +93,13 @@ class _Session:
         return render_prompt(self.generator.tokenizer, self.pack.system_prompt, list(messages),
                              self.pack.tools_for(task))
 
-    def _generate(self, prompts: list[str], n: int, seed: int | None | str = "settings") -> list[list[Any]]:
+    def _generate(self, prompts: list[str], n: int, tasks: Sequence[Task],
+                  seed: int | None | str = "settings") -> list[list[Any]]:
         s = self.settings
+        strict = {"strict_tools": [self.pack.tools_for(task) for task in tasks]} if s.strict else {}
         return self.generator.generate(prompts, n=n, temperature=s.effective_temperature, top_p=s.top_p,
                                        max_new_tokens=s.max_new_tokens, stop=None,
-                                       seed=s.seed if seed == "settings" else seed)
+                                       seed=s.seed if seed == "settings" else seed, **strict)
 
     def keep(self, scored: list[ScoredSample], prompts: dict[str, str]) -> None:
         self.samples.extend(scored)
@@ -106,7 +112,7 @@ class _Session:
         lengths = {task_id: len(prompt) for task_id, prompt in prompts_all.items()}
         for batch in self._batches_by_tools(tasks, lengths, self.settings.batch_size):
             prompts = {t.id: prompts_all[t.id] for t in batch}
-            outputs = self._generate([prompts[t.id] for t in batch], self.settings.k)
+            outputs = self._generate([prompts[t.id] for t in batch], self.settings.k, batch)
             scored = []
             for task, samples in zip(batch, outputs):
                 for index, sample in enumerate(samples):
@@ -152,7 +158,7 @@ class _Session:
                 # The k copies of a task are separate requests here; one shared seed would make vLLM
                 # (which seeds per request) sample them identically, so k > 1 samples unseeded.
                 seed = self.settings.seed if self.settings.k == 1 else None
-                return [samples[0] for samples in self._generate(prompts, 1, seed=seed)]
+                return [samples[0] for samples in self._generate(prompts, 1, [tr.task for tr in active], seed=seed)]
 
             run_trajectories(trajectories, max_turns=self.pack.max_turns, generate_turn=generate_turn)
             self.keep([self._score_trajectory(tr) for tr in trajectories], first_prompts)

@@ -58,6 +58,7 @@ class EvalWriter:
             "n_samples": metrics["n_samples"], "success_rate": metrics["execution_success_rate"],
             "metrics": {**metrics, "recommendation": {"action": rec.action, "reason": rec.reason,
                                                   "fix": rec.fix.to_json() if rec.fix else None},
-                        "backend_reason": backend_reason},
+                        "backend_reason": backend_reason,
+                        "strict": bool(getattr(self.settings, "strict", False))},  # answers held to the schemas
             "finished_at": time.time(),
         }])

@@ -39,6 +39,7 @@ from typing import Any, Callable
 from appliance.errors import ApplianceError
 from appliance.evaluate.runner import EvalSettings
 from appliance.flywheel.chat import assistant_answer, for_prompt, messages_problem, tools_problem
+from appliance.generate.strict import STRICT_BY_DEFAULT
 from appliance.prompting import render_prompt
 
 MAX_REQUEST_BYTES = 8 * 1024 * 1024
@@ -72,6 +73,9 @@ class ServeConfig:
     temperature: float = _help("sampling temperature when a request sets none (0: greedy)", 0.0)
     log: str | None = _help("also append every served trajectory to this JSONL file "
                             "(`appliance trajectories import` reads it)")
+    strict: bool = _help("hold every answer to the request's tool schemas, as evals do; without it only a request "
+                         "with a `\"strict\": true` function is held (OpenAI's per-function switch)",
+                         STRICT_BY_DEFAULT)
 
 
 @dataclass(frozen=True)
@@ -171,10 +175,12 @@ class ChatService:
         offered = tools if params["tool_choice"] != "none" else []
         system = self.pack.system_prompt if self.config.pack_system_prompt else ""
         prompt = render_prompt(self.tokenizer, system, for_prompt(messages), offered)
+        held = self.config.strict or any((t.get("function") or {}).get("strict") is True for t in offered)
+        strict = {"strict_tools": [offered]} if held and offered else {}
         with self._generate_lock:
             [samples] = self.generator.generate([prompt], n=params["n"], temperature=params["temperature"],
                                                 top_p=params["top_p"], max_new_tokens=params["max_tokens"],
-                                                stop=params["stop"], seed=params["seed"])
+                                                stop=params["stop"], seed=params["seed"], **strict)
         answers = [assistant_answer(s.text, tools_offered=bool(offered), finish_reason=s.finish_reason)
                    for s in samples]
         completion_id = f"chatcmpl-{uuid.uuid4().hex[:24]}"

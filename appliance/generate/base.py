@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal, Sequence
 
 FinishReason = Literal["stop", "length"]
 
@@ -47,8 +47,13 @@ class Generator(ABC):
         max_new_tokens: int = 128,
         stop: list[str] | None = None,
         seed: int | None = None,
+        strict_tools: Sequence[Sequence[dict[str, Any]]] | None = None,
     ) -> list[list[Sample]]:
-        """For each prompt, in order, `n` samples in order."""
+        """For each prompt, in order, `n` samples in order.
+
+        With `strict_tools` (one tool list per prompt) every answer is held to its
+        tools' schemas while it is decoded (appliance.generate.strict).
+        """
 
     def close(self) -> None:
         """Release the model; the default has nothing to release."""

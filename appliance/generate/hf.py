@@ -55,6 +55,7 @@ class HFGenerator(Generator):
         self.eos_ids = _eos_ids(model, tokenizer)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_ids[0]
         self._heads_seen: dict[tuple[int, ...], Any] = {}
+        self._grammars: Any = None  # built on the first strict call (xgrammar reads the whole vocabulary)
 
     @classmethod
     def load(
@@ -81,9 +82,12 @@ class HFGenerator(Generator):
         max_new_tokens: int = 128,
         stop: list[str] | None = None,
         seed: int | None = None,
+        strict_tools: Sequence[Sequence[dict[str, Any]]] | None = None,
     ) -> list[list[Sample]]:
         import torch
 
+        if strict_tools is not None and len(strict_tools) != len(prompts):
+            raise ValueError("strict_tools needs one tool list per prompt")
         if seed is not None:
             torch.manual_seed(seed)
         encoded = self.tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
@@ -95,7 +99,8 @@ class HFGenerator(Generator):
             for start in range(0, len(by_head), per_call):
                 chunk = by_head[start : start + per_call]
                 samples = self._generate_chunk(
-                    [encoded[i] for i in chunk], n, temperature, top_p, max_new_tokens, stop
+                    [encoded[i] for i in chunk], n, temperature, top_p, max_new_tokens, stop,
+                    None if strict_tools is None else [strict_tools[i] for i in chunk],
                 )
                 for index, prompt_samples in zip(chunk, samples):
                     results[index] = prompt_samples
@@ -230,8 +235,10 @@ class HFGenerator(Generator):
         top_p: float,
         max_new_tokens: int,
         stop: list[str] | None,
+        strict_tools: list[Sequence[dict[str, Any]]] | None = None,
     ) -> list[list[Sample]]:
         import torch
+        from transformers import LogitsProcessorList
 
         greedy = temperature <= 0
         rows_per_prompt = 1 if greedy else n  # greedy rows would all be the same; decode once and repeat
@@ -240,10 +247,13 @@ class HFGenerator(Generator):
         else:
             inputs = self._batch_inputs(token_lists)
         inputs = self._with_static_cache(inputs, max_new_tokens)
-        config = self._generation_config(greedy, temperature, top_p, max_new_tokens, stop)
+        held = None if strict_tools is None else self._grammar_processor(strict_tools, rows_per_prompt, top_p)
+        # Under strict decoding top-p is the grammar processor's, applied after its mask.
+        config = self._generation_config(greedy, temperature, 1.0 if held else top_p, max_new_tokens, stop)
         started = time.perf_counter()
         with torch.inference_mode():
-            output = self.model.generate(**inputs, generation_config=config, tokenizer=self.tokenizer)
+            output = self.model.generate(**inputs, generation_config=config, tokenizer=self.tokenizer,
+                                         logits_processor=LogitsProcessorList([held] if held else []))
         latency = time.perf_counter() - started
         new_tokens = output[:, inputs["input_ids"].shape[1] :].tolist()
         prompt_lengths = inputs["attention_mask"].sum(dim=1).tolist()
@@ -254,6 +264,16 @@ class HFGenerator(Generator):
             decoded = [self._sample(new_tokens[r], int(prompt_lengths[r]), latency, stop) for r in rows]
             samples.append(decoded * n if greedy else decoded)
         return samples
+
+    def _grammar_processor(self, strict_tools: list[Sequence[dict[str, Any]]], rows_per_prompt: int,
+                           top_p: float) -> Any:
+        """The logits processor that holds each row to its prompt's tools (rows are prompt-major)."""
+        from appliance.generate.hf_grammar import GrammarCompilerCache, GrammarLogitsProcessor
+
+        if self._grammars is None:
+            self._grammars = GrammarCompilerCache(self.tokenizer, self._text_config().vocab_size, self.eos_ids)
+        grammars = [self._grammars.compiled(tools) for tools in strict_tools for _ in range(rows_per_prompt)]
+        return GrammarLogitsProcessor(grammars, self._grammars.vocab_size, top_p=top_p)
 
     def _with_static_cache(self, inputs: dict[str, Any], max_new_tokens: int) -> dict[str, Any]:
         """Decode into a preallocated KV cache that already holds whatever `inputs` prefilled.

@@ -25,7 +25,7 @@ import contextlib
 import json
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 from appliance.errors import ApplianceError
 from appliance.generate.base import Generator, Sample
@@ -113,10 +113,11 @@ class VLLMGenerator(Generator):
         max_new_tokens: int = 128,
         stop: list[str] | None = None,
         seed: int | None = None,
+        strict_tools: Sequence[Sequence[dict[str, Any]]] | None = None,
     ) -> list[list[Sample]]:
         vllm = import_vllm()
         greedy = temperature <= 0
-        params = vllm.SamplingParams(
+        common = dict(
             n=1 if greedy else n,  # greedy samples are identical; decode once and repeat
             temperature=0.0 if greedy else temperature,
             top_p=1.0 if greedy else top_p,
@@ -124,6 +125,9 @@ class VLLMGenerator(Generator):
             stop=[s for s in stop or () if s] or None,
             seed=seed,
         )
+        params: Any = vllm.SamplingParams(**common)
+        if strict_tools is not None:
+            params = [vllm.SamplingParams(**common, structured_outputs=_held_to(tools)) for tools in strict_tools]
         # A TokensPrompt (vllm/inputs/llm.py:111) is taken as is: no second BOS.
         token_prompts = [{"prompt_token_ids": ids} for ids in encode_prompts(self.tokenizer, prompts)]
         started = time.perf_counter()
@@ -172,6 +176,19 @@ def _awake(llm: Any) -> Iterator[None]:
         yield
     finally:
         llm.sleep(level=2)  # as TRL left it, so training gets its memory back
+
+
+def _held_to(tools: Sequence[dict[str, Any]]) -> Any:
+    """vLLM's structured outputs for one prompt: the strict answer grammar of its tools (EBNF, xgrammar's dialect).
+
+    `StructuredOutputsParams` lives in vllm/sampling_params.py (vllm 0.33.0, :101) and takes exactly one
+    constraint; an EBNF `grammar` (a line with `::=`) goes to the xgrammar backend, as on the hf backend.
+    """
+    from vllm.sampling_params import StructuredOutputsParams
+
+    from appliance.generate.strict import answer_grammar
+
+    return StructuredOutputsParams(grammar=answer_grammar(tools))
 
 
 def adapter_rank(adapter: str | Path) -> int:

@@ -142,8 +142,9 @@ class CpuBackend:
 
     def make_grpo_trainer(self, model: Any, tokenizer: Any, dataset: Any, config: TrainConfig,
                           args: dict[str, Any], reward_funcs: list[Callable], callbacks: list[Any],
-                          trainer_mixin: type | None = None, episodes: Any = None, guide: Any = None) -> Any:
-        rollout = self.rollout_func(tokenizer, config, episodes, guide)
+                          trainer_mixin: type | None = None, episodes: Any = None, guide: Any = None,
+                          strict_tools: dict[str, Any] | None = None) -> Any:
+        rollout = self.rollout_func(tokenizer, config, episodes, guide, strict_tools)
         trainer = build_grpo_trainer(model, tokenizer, dataset, {**args, **self.backend_args(), "use_vllm": False},
                                      reward_funcs, callbacks, trainer_mixin, rollout_func=rollout)
         reuse_frozen_heads(trainer.model, tokenizer, dataset)
@@ -155,7 +156,8 @@ class CpuBackend:
 
         return build_dpo_trainer(model, tokenizer, dataset, {**args, **self.backend_args()}, callbacks)
 
-    def rollout_func(self, tokenizer: Any, config: TrainConfig, episodes: Any = None, guide: Any = None) -> Callable:
+    def rollout_func(self, tokenizer: Any, config: TrainConfig, episodes: Any = None, guide: Any = None,
+                     strict_tools: dict[str, Any] | None = None) -> Callable:
         """Sampling that prefills each prompt once per group (appliance.train.rollout; with `guide`, failed
         groups get the reference answer), or, given `episodes`, whole multi-turn episodes in the tasks' worlds
         (appliance.train.multiturn)."""
@@ -168,7 +170,7 @@ class CpuBackend:
         os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
         if episodes is not None:
             return MultiTurnRollout(tokenizer, config, episodes)
-        return SharedPrefixRollout(tokenizer, config, guide)
+        return SharedPrefixRollout(tokenizer, config, guide, strict_tools)
 
     def save_adapter(self, model: Any, out_dir: str | Path) -> None:
         # DPO adds a frozen "ref" copy of the starting adapter (trl dpo_trainer.py:666-690); only the trained one is saved.

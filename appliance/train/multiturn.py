@@ -65,6 +65,7 @@ class AgentEpisodes:
     render: Callable[[Any, list[dict[str, Any]]], str]  # (task, messages) → prompt, as eval renders it
     max_turns: int
     world_for: Callable[[Any], Any]          # task → a fresh world for one episode (WorkBench's or the pack's own)
+    tools_for: Callable[[Any], Any] = lambda task: ()  # task → the tools its answers are held to (strict)
 
 
 def agent_episodes(pack: Any, tokenizer: Any, rows: list[dict[str, Any]]) -> AgentEpisodes:
@@ -85,7 +86,7 @@ def agent_episodes(pack: Any, tokenizer: Any, rows: list[dict[str, Any]]) -> Age
     from ..verify import Verifier
 
     return AgentEpisodes(tasks_by_prompt=tasks, render=render, max_turns=turn_limit(pack),
-                         world_for=Verifier.for_pack(pack).episode)
+                         world_for=Verifier.for_pack(pack).episode, tools_for=pack.tools_for)
 
 
 def _text_between(render: Callable[[Any, list[dict[str, Any]]], str], task: Any, before: list[dict[str, Any]],
@@ -120,9 +121,10 @@ class MultiTurnRollout:
 
         def generate_turn(active: list[Trajectory]) -> list[Any]:
             turn_prompts = [self.episodes.render(tr.task, tr.messages) for tr in active]
+            strict = {"strict_tools": [self.episodes.tools_for(tr.task) for tr in active]} if self.config.strict else {}
             samples = [group[0] for group in generator.generate(
                 turn_prompts, n=1, temperature=self.config.temperature, top_p=1.0,
-                max_new_tokens=self.config.max_completion_tokens)]
+                max_new_tokens=self.config.max_completion_tokens, **strict)]
             for tr, sample in zip(active, samples):
                 sampled[tr.sample_index].append(tuple(sample.token_ids))
             return samples

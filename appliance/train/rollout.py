@@ -48,6 +48,11 @@ class Guide:
         return found is not None and not any(self.succeeded(found[0], text) for text in texts)
 
 
+def strict_tools_by_prompt(pack: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each GRPO dataset row's prompt text → the tools its answers are held to under strict decoding."""
+    return {row["prompt"]: pack.tools_for(pack.task(row["task_id"])) for row in rows}
+
+
 def make_guide(pack: Any, rows: list[dict[str, Any]], verify: Callable[[str, str], Any]) -> Guide:
     """A Guide over the GRPO dataset rows (`prompt`, `task_id`) of a single-turn pack."""
     from ..prompting import reference_answer
@@ -59,12 +64,14 @@ def make_guide(pack: Any, rows: list[dict[str, Any]], verify: Callable[[str, str
 class SharedPrefixRollout:
     """A TRL `rollout_func(prompts, trainer)`: one completion per (repeated) prompt, in order."""
 
-    def __init__(self, tokenizer: Any, config: TrainConfig, guide: Guide | None = None) -> None:
+    def __init__(self, tokenizer: Any, config: TrainConfig, guide: Guide | None = None,
+                 strict_tools: dict[str, Any] | None = None) -> None:
         from appliance.generate.hf import answer_token_ids
 
         self.tokenizer = tokenizer
         self.config = config
         self.guide = guide
+        self.strict_tools = strict_tools  # prompt text → the tools its samples are held to (config.strict)
         # Each reference answer as the sampler would emit it, tokenized once for the run, not once per group.
         prompts = list(guide.references) if guide else []
         answers = answer_token_ids(tokenizer, [guide.references[p][1] for p in prompts]) if guide else []
@@ -81,9 +88,11 @@ class SharedPrefixRollout:
         with sampling_mode(trainer.model):
             for size in dict.fromkeys(n for _, n in groups):  # usually one size: num_generations
                 indices = [i for i, (_, n) in enumerate(groups) if n == size]
+                strict = ({"strict_tools": [self.strict_tools[groups[i][0]] for i in indices]}
+                          if self.strict_tools is not None else {})
                 samples = generator.generate([groups[i][0] for i in indices], n=size,
                                              temperature=self.config.temperature, top_p=1.0,
-                                             max_new_tokens=self.config.max_completion_tokens)
+                                             max_new_tokens=self.config.max_completion_tokens, **strict)
                 for index, group_samples in zip(indices, samples):
                     per_group[index] = group_samples
         completions = [[list(sample.token_ids) for sample in group] for group in per_group]

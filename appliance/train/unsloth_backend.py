@@ -218,7 +218,8 @@ class UnslothBackend:
 
     def make_grpo_trainer(self, model: Any, tokenizer: Any, dataset: Any, config: TrainConfig,
                           args: dict[str, Any], reward_funcs: list[Callable], callbacks: list[Any],
-                          trainer_mixin: type | None = None, episodes: Any = None, guide: Any = None) -> Any:
+                          trainer_mixin: type | None = None, episodes: Any = None, guide: Any = None,
+                          strict_tools: dict[str, Any] | None = None) -> Any:
         if episodes is not None:
             raise ApplianceError(MULTI_TURN_CPU_ONLY)
         if guide is not None:  # grpo.py refuses it before the model loads (supports_guidance is not set)
@@ -227,6 +228,8 @@ class UnslothBackend:
         # Unsloth patched TRL's classes on import: colocate mode samples through its shared-weight vLLM engine.
         colocated = {"use_vllm": True, "vllm_mode": "colocate",
                      "vllm_gpu_memory_utilization": config.gpu_memory_utilization}
+        if strict_tools is not None:
+            colocated["generation_kwargs"] = {"structured_outputs": union_grammar(strict_tools.values())}
         return build_grpo_trainer(model, tokenizer, dataset, {**args, **self.backend_args(), **colocated},
                                   reward_funcs, callbacks, trainer_mixin)
 
@@ -255,6 +258,17 @@ class UnslothBackend:
         import torch
 
         return isinstance(error, torch.OutOfMemoryError) or "CUDA out of memory" in str(error)
+
+
+def union_grammar(tool_lists: Any) -> dict[str, str]:
+    """TRL's colocated sampling takes one SamplingParams for the whole batch, so strict rollouts are held to the
+    union of the prompts' tools (no unknown tool, no undeclared argument). trl 1.15.0
+    generation/vllm_generation.py:674-682 turns a `structured_outputs` dict in `generation_kwargs` into
+    vLLM's StructuredOutputsParams(**dict); an EBNF `grammar` goes to its xgrammar backend."""
+    from ..generate.strict import answer_grammar
+
+    tools = {tool.get("function", tool)["name"]: tool for tools in tool_lists for tool in tools}
+    return {"grammar": answer_grammar(list(tools.values()))}
 
 
 def make_backend(config: TrainConfig | None = None) -> UnslothBackend:

@@ -1,0 +1,173 @@
+"""Strict decoding: the answer grammar takes every right answer and no schema-breaking one; generation obeys it."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from appliance.evaluate import EvalSettings, run_eval
+from appliance.generate.hf import HFGenerator
+from appliance.generate.strict import answer_grammar, call_arguments_schema
+from appliance.models import load_model
+from appliance.packs import load_pack
+from appliance.parsing import parse_tool_calls
+from appliance.prompting import reference_answer, render_prompt
+from appliance.store import Workspace
+from appliance.tiny import build_tiny_tokenizer
+
+TASKS_ROOT = Path(__file__).resolve().parents[1] / "tasks"
+
+TOOLS = [
+    {"type": "function", "function": {
+        "name": "calendar_delete_event", "description": "Delete an event.",
+        "parameters": {"type": "object", "properties": {"event_id": {"type": "string"}},
+                       "required": ["event_id"]}}},  # no additionalProperties: closed, as the verifier reads it
+    {"type": "function", "function": {
+        "name": "calendar_update_event", "description": "Change one field of an event.",
+        "parameters": {"type": "object", "properties": {
+            "event_id": {"type": "string"},
+            "field": {"type": "string", "enum": ["event_name", "event_start"]},
+            "new_value": {"type": "string"}},
+            "required": ["event_id", "field", "new_value"], "additionalProperties": False}}},
+    {"type": "function", "function": {
+        "name": "log_note", "description": "Any extra fields are kept.",
+        "parameters": {"type": "object", "properties": {"text": {"type": "string"}},
+                       "required": ["text"], "additionalProperties": True}}},
+]
+
+
+@pytest.fixture(scope="module")
+def compiler():
+    import xgrammar as xgr
+
+    tokenizer = build_tiny_tokenizer()
+    info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=len(tokenizer), stop_token_ids=[2])
+    return xgr.GrammarCompiler(info)
+
+
+def takes(compiler, tools, text: str) -> bool:
+    """Whether the grammar takes `text` as a whole answer (the end-of-turn token must be allowed after it)."""
+    import xgrammar as xgr
+
+    matcher = xgr.GrammarMatcher(compiler.compile_grammar(answer_grammar(tools)))
+    return matcher.accept_string(text) and matcher.accept_token(2)
+
+
+@pytest.mark.parametrize("text", [
+    '{"name": "calendar_delete_event", "arguments": {"event_id": "00000109"}}',
+    '{"name": "calendar_update_event", "arguments": {"event_id": "7", "field": "event_name", "new_value": "x"}}',
+    '[{"name": "calendar_delete_event", "arguments": {"event_id": "1"}}, '
+    '{"name": "log_note", "arguments": {"text": "done"}}]',
+    '{"name": "log_note", "arguments": {"text": "a", "extra": 3}}',  # an open schema keeps other arguments
+    "No action is needed.",
+    "I can't send that to a personal address.",
+])
+def test_the_grammar_takes_valid_answers(compiler, text):
+    assert takes(compiler, TOOLS, text)
+
+
+@pytest.mark.parametrize("text", [
+    # the arguments of the update tools copied onto a delete (session 20's GRPO losses)
+    '{"name": "calendar_delete_event", "arguments": {"event_id": "1", "field": "event_name", "new_value": "1"}}',
+    '{"name": "Mentoring session", "arguments": {"event_id": "1"}}',  # not a tool
+    '{"name": "calendar_update_event", "arguments": {"event_id": "7", "field": "location", "new_value": "x"}}',
+    '{"name": "calendar_update_event", "arguments": {"event_id": "7", "field": "event_name"}}',  # required missing
+    '{"name": "calendar_delete_event", "arguments": {"event_id": 109}}',  # wrong type
+    '{"name": "calendar_delete_event", "arguments": {"event_id": "00000000',  # unfinished
+    "Sure: {\"name\": \"calendar_delete_event\"}",  # prose holding a call attempt is a format error, not a reply
+    "[]x",
+])
+def test_the_grammar_refuses_schema_breaking_answers(compiler, text):
+    assert not takes(compiler, TOOLS, text)
+
+
+def test_the_grammar_is_ebnf_that_vllm_reads_as_ebnf():
+    """vLLM 0.33.0 reads a `grammar` as EBNF when a line holds `::=` (v1/structured_output/utils.py:409-438) and
+    validates it with xgrammar's `Grammar.from_ebnf` (backend_xgrammar.py:552-560)."""
+    import xgrammar as xgr
+
+    text = answer_grammar(TOOLS)
+    assert any("::=" in line for line in text.splitlines()) and text.startswith("root ::=")
+    assert str(xgr.Grammar.from_ebnf(text)) == text
+
+
+def test_the_grammar_takes_every_reference_answer_of_every_pack(compiler):
+    """Strict decoding must never forbid a right answer: every task's reference answer, in every split."""
+    checked = 0
+    for name in ("workplace-single", "workplace-multi", "tracker"):
+        pack = load_pack(name, root=TASKS_ROOT)
+        for split in pack.splits:
+            for task in pack.tasks(split):
+                if task.kind != "single_step":
+                    continue
+                assert takes(compiler, pack.tools_for(task), reference_answer(task)), (name, task.id)
+                checked += 1
+    assert checked > 1000
+
+
+@pytest.fixture(scope="module")
+def loaded(tiny_model_dir):
+    return load_model(tiny_model_dir)
+
+
+@pytest.fixture
+def opens_calls(loaded):
+    """The random model, made to open its answer with `{` (its first token follows the prompt's last, a newline)."""
+    model, tokenizer = loaded
+    newline = tokenizer("\n", add_special_tokens=False)["input_ids"][-1]
+    brace = tokenizer("{", add_special_tokens=False)["input_ids"][0]
+
+    def prefer_a_brace(module, args, kwargs, output):
+        ids = kwargs.get("input_ids")
+        if ids is not None:
+            output.logits[ids[:, -1] == newline, -1, brace] += 50.0
+
+    handle = model.register_forward_hook(prefer_a_brace, with_kwargs=True)
+    yield model, tokenizer
+    handle.remove()
+
+
+def test_strict_generation_answers_only_in_the_tools_schemas(opens_calls):
+    """A random model's free answers break every rule; held to the grammar, each finished one is valid."""
+    model, tokenizer = opens_calls
+    prompts = [render_prompt(tokenizer, "You are helpful.", [{"role": "user", "content": f"Task {i}."}], TOOLS)
+               for i in range(6)]
+    generator = HFGenerator(model, tokenizer, batch_size=24)
+    held = generator.generate(prompts, n=4, temperature=1.0, max_new_tokens=96, seed=0,
+                              strict_tools=[TOOLS] * len(prompts))
+    free = generator.generate(prompts, n=4, temperature=1.0, max_new_tokens=96, seed=0)
+    schemas = {t["function"]["name"]: call_arguments_schema(t["function"]["parameters"]) for t in TOOLS}
+    finished = [s for samples in held for s in samples if s.finish_reason == "stop"]
+    calls = [s for s in finished if s.text.lstrip()[:1] in "{["]
+    assert calls, "the grammar's call branch was never taken"
+    for sample in finished:
+        parsed = parse_tool_calls(sample.text)
+        assert parsed.ok, sample.text
+        for call in parsed.calls:
+            jsonschema.validate(call.arguments, schemas[call.name])
+    assert not any(s.finish_reason == "stop" and s.text.lstrip()[:1] == "{" and parse_tool_calls(s.text).ok
+                   for samples in free for s in samples)  # without the grammar the same model makes no call
+
+
+def test_strict_top_p_sampling_still_draws_an_allowed_token(loaded):
+    """transformers cuts top-p before a custom processor; strict decoding cuts it after its mask instead."""
+    model, tokenizer = loaded
+    prompts = [render_prompt(tokenizer, "You are helpful.", [{"role": "user", "content": "Delete it."}], TOOLS)]
+    samples = HFGenerator(model, tokenizer).generate(prompts, n=8, temperature=1.0, top_p=0.05, max_new_tokens=64,
+                                                     seed=1, strict_tools=[TOOLS])[0]
+    assert len(samples) == 8 and all(isinstance(s.text, str) for s in samples)
+
+
+def test_a_strict_eval_has_no_schema_breaking_answers_and_says_so(tiny_model_dir, tmp_path):
+    ws = Workspace.open(tmp_path / "ws")
+    settings = dict(model=str(tiny_model_dir), pack="workplace-single", split="dev", limit=8, k=2,
+                    temperature=1.5, max_new_tokens=96, backend="hf", tasks_root=str(TASKS_ROOT))
+    report = run_eval(EvalSettings(**settings, strict=True), workspace=ws)
+    _, rows = ws.query("SELECT completion, v_reason FROM eval_samples WHERE eval_id = ?", [report.eval_id])
+    assert len(rows) == 16
+    reasons = [reason or "" for _, reason in rows]
+    assert not any("unknown tool" in r or "unknown argument" in r or "Additional properties" in r
+                   or "is not one of" in r for r in reasons), reasons
+    _, stored = ws.query("SELECT metrics->>'$.strict' FROM evals WHERE id = ?", [report.eval_id])
+    assert stored[0][0] == "true"
