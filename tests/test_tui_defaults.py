@@ -64,6 +64,9 @@ def test_eval_defaults_are_the_clis():
     args = eval_args(APP, "val", str(EVAL_DEFAULTS.k), "", "")
     assert "-k" not in args and build_parser().parse_args(args).k == parsed.k
     assert build_parser().parse_args(eval_args(APP, "val", "4", "", "")).k == 4
+    assert EVAL_DEFAULTS.strict == parsed.strict and build_parser().parse_args(args).strict == parsed.strict
+    assert build_parser().parse_args(eval_args(APP, "val", "1", "", "", strict=True)).strict is True
+    assert build_parser().parse_args(eval_args(APP, "val", "1", "", "", strict=False)).strict is False
 
 
 def test_evaluable_splits_leave_out_both_training_pools():

@@ -14,7 +14,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import (Button, DataTable, Footer, Input, Label, ProgressBar, Select, Static,
+from textual.widgets import (Button, Checkbox, DataTable, Footer, Input, Label, ProgressBar, Select, Static,
                              TabbedContent, TabPane)
 
 from appliance.evaluate.runner import EvalSettings
@@ -92,11 +92,15 @@ def success_line(success: Any) -> str:
             f"{success.n_tasks} tasks): {verdict}")
 
 
-def eval_args(app: Any, split: str, k: str, limit: str, adapter: str) -> list[str]:
-    """The `appliance eval` command line for the current choices; k at its default is left to the engine."""
+def eval_args(app: Any, split: str, k: str, limit: str, adapter: str,
+              strict: bool = EVAL_DEFAULTS.strict) -> list[str]:
+    """The `appliance eval` command line for the current choices; k and strict at their defaults are left to
+    the engine."""
     args = ["eval", "--model", app.model, "--pack", app.pack, "--split", split, "--backend", app.backend]
     if k and k != str(EVAL_DEFAULTS.k):
         args += ["-k", k]
+    if strict != EVAL_DEFAULTS.strict:
+        args += ["--strict" if strict else "--no-strict"]
     if adapter:
         args += ["--adapter", adapter]
     if limit:
@@ -148,6 +152,7 @@ class EvaluateScreen(Screen):
             yield Input("", id="limit", compact=True, type="integer", placeholder="all")
             yield Label("adapter")
             yield Input("", id="adapter", compact=True, placeholder="base model")
+            yield Checkbox("strict", EVAL_DEFAULTS.strict, id="strict", compact=True, tooltip=EVAL_HELP["strict"])
             yield Button("Run", id="run", compact=True, variant="primary")
         with Horizontal(id="eval-pick-row", classes="form-row"):
             yield Label("eval")
@@ -191,7 +196,7 @@ class EvaluateScreen(Screen):
             self.notify("Pick a task pack on Home (1) first.", severity="warning")
             return
         args = eval_args(self.app, str(self.query_one("#split", Select).value), value("#k"), value("#limit"),
-                         value("#adapter"))
+                         value("#adapter"), self.query_one("#strict", Checkbox).value)
         if self.app.start_job("eval", args, self):
             self.query_one("#eval-progress", ProgressBar).update(total=None, progress=0)
             self.query_one("#eval-status", Static).update("starting the engine…")
