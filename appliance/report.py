@@ -238,6 +238,8 @@ def print_compare(cmp: dict[str, Any], *, fmt: str = "table") -> None:
     if fmt == "table":
         out().print(f"success difference over {d.n_tasks} shared tasks: {d.delta:+.3f} "
                     f"({d.confidence:.0%} paired-bootstrap interval {d.low:+.3f} … {d.high:+.3f}) — {d.verdict}")
+        if cmp.get("decoding"):
+            out().print(f"note: {cmp['decoding']}")
 
 
 def print_audit(agreement: dict[str, Any]) -> None:

@@ -7,6 +7,7 @@ import jsonschema
 import pytest
 
 from appliance.evaluate import EvalSettings, run_eval
+from appliance.evaluate.stored import compare_stored
 from appliance.generate.hf import HFGenerator
 from appliance.generate.strict import answer_grammar, call_arguments_schema
 from appliance.models import load_model
@@ -15,6 +16,7 @@ from appliance.parsing import parse_tool_calls
 from appliance.prompting import reference_answer, render_prompt
 from appliance.store import Workspace
 from appliance.tiny import build_tiny_tokenizer
+from eval_support import ScriptedGenerator, expected_answer_for
 
 TASKS_ROOT = Path(__file__).resolve().parents[1] / "tasks"
 
@@ -171,3 +173,20 @@ def test_a_strict_eval_has_no_schema_breaking_answers_and_says_so(tiny_model_dir
                    or "is not one of" in r for r in reasons), reasons
     _, stored = ws.query("SELECT metrics->>'$.strict' FROM evals WHERE id = ?", [report.eval_id])
     assert stored[0][0] == "true"
+
+
+def test_comparing_a_strict_eval_with_a_free_one_says_the_decoders_differ(tiny_model_dir, tmp_path):
+    from transformers import AutoTokenizer
+
+    ws = Workspace.open(tmp_path / "ws")
+    pack = load_pack("workplace-single", root=TASKS_ROOT)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    ids = {}
+    for strict in (False, True, True):
+        settings = EvalSettings(pack="workplace-single", split="dev", limit=4, strict=strict,
+                                tasks_root=str(TASKS_ROOT))
+        generator = ScriptedGenerator(tokenizer, expected_answer_for(pack, "dev"))
+        ids.setdefault(strict, []).append(run_eval(settings, workspace=ws, generator=generator).eval_id)
+    mixed = compare_stored(ws, ids[False][0], ids[True][0])
+    assert mixed["decoding"].startswith("a was decoded freely and b strictly")
+    assert compare_stored(ws, ids[True][0], ids[True][1])["decoding"] == ""

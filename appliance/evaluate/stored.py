@@ -26,4 +26,14 @@ def per_task_success(ws: Any, eval_id: str) -> dict[str, float]:
 def compare_stored(ws: Any, a: str, b: str) -> dict[str, Any]:
     ma, mb = eval_metrics(ws, a), eval_metrics(ws, b)
     return {"a": a, "b": b, "deltas": metric_deltas(ma, mb),
-            "success": paired_bootstrap(per_task_success(ws, a), per_task_success(ws, b))}
+            "success": paired_bootstrap(per_task_success(ws, a), per_task_success(ws, b)),
+            "decoding": mixed_decoding(ma, mb)}
+
+
+def mixed_decoding(ma: dict[str, Any], mb: dict[str, Any]) -> str:
+    """A warning when one eval held its answers to the tool schemas and the other did not, else ''."""
+    strict_a, strict_b = bool(ma.get("strict")), bool(mb.get("strict"))
+    if strict_a == strict_b:
+        return ""
+    return (f"a was decoded {'strictly' if strict_a else 'freely'} and b {'strictly' if strict_b else 'freely'}: "
+            "the difference is the decoder's as much as the model's")
