@@ -10,7 +10,7 @@ Every stage goes through the engine functions the CLI uses (run_eval, run_sft,
 run_grpo), into a throwaway workspace.
 
     .venv/bin/python bench/bench_learning.py [--pack workplace-single] [--sft-steps N] [--grpo-steps N]
-        [--eval-splits dev,val] [--pass-k 4] [--reward SCHEME] [--sft-adapter DIR]
+        [--eval-splits dev,val] [--pass-k 4] [--reward SCHEME] [--sft-adapter DIR] [--strict | --no-strict]
 
 Prints `name: value` lines (`<split>_<stage>_<metric>`), then a Markdown table per split.
 """
@@ -41,6 +41,8 @@ def main() -> None:
     parser.add_argument("--reward", default=None, help="GRPO reward scheme (default: the pack's)")
     parser.add_argument("--sft-adapter", default=None, help="reuse this SFT adapter instead of training one")
     parser.add_argument("--limit", type=int, default=None, help="held-out tasks per eval (default: all)")
+    parser.add_argument("--strict", action=argparse.BooleanOptionalAction, default=run.strict,
+                        help="hold answers to the tools' schemas in every eval and in GRPO's rollouts")
     args = parser.parse_args()
 
     from appliance.packs import load_pack
@@ -55,7 +57,7 @@ def main() -> None:
     tmp = tempfile.mkdtemp(prefix="bench-learning-")
     ws = Workspace.open(os.path.join(tmp, "runs"))
     common = {"model": args.model, "pack": args.pack, "output": os.path.join(tmp, "checkpoints"),
-              "workspace": str(ws.root)}
+              "workspace": str(ws.root), "strict": args.strict}
     reports: dict[tuple[str, str], object] = {}
     seconds: dict[str, float] = {}
 
@@ -90,7 +92,7 @@ def _evaluate(args: argparse.Namespace, ws: object, adapter: str | None, split: 
 
     t0 = time.perf_counter()
     report = run_eval(EvalSettings(model=args.model, adapter=adapter, pack=args.pack, split=split, k=k,
-                                   limit=args.limit), workspace=ws)
+                                   limit=args.limit, strict=args.strict), workspace=ws)
     return report, time.perf_counter() - t0
 
 
@@ -100,6 +102,7 @@ def _print_results(args: argparse.Namespace, splits: list[str], reports: dict, s
     from appliance.evaluate.metrics import success_rate_by_task
 
     print(f"grpo_train_split: {grpo_split}")
+    print(f"strict: {args.strict}")
     for split in splits:
         for stage in STAGES:
             m = reports[(split, stage)].metrics
