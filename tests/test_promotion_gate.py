@@ -123,3 +123,32 @@ def test_collect_evidence_measures_the_regression_split_when_the_pack_has_one(tm
     assert (None, "regression") in measured and ("cand", "regression") in measured
     ok, reasons = gate(ev)
     assert not ok and any(r.startswith("regression split (1 labelled failures) 1.000 → 0.000") for r in reasons)
+
+
+def test_the_gate_reuses_a_stored_eval_only_when_it_was_decoded_the_same_way(tmp_path, monkeypatch, tiny_model_dir):
+    """A pipeline's free baseline eval cannot stand in for a strict gate's baseline (or the other way round)."""
+    from pathlib import Path
+
+    from transformers import AutoTokenizer
+
+    import appliance.evaluate as evaluate
+    from appliance import promotion
+    from appliance.evaluate import EvalSettings, run_eval
+    from appliance.packs import load_pack
+    from appliance.store import Workspace
+    from eval_support import ScriptedGenerator, expected_answer_for
+
+    tasks = str(Path(__file__).resolve().parents[1] / "tasks")
+    ws = Workspace.open(tmp_path / "ws")
+    scripted = ScriptedGenerator(AutoTokenizer.from_pretrained(tiny_model_dir),
+                                 expected_answer_for(load_pack("workplace-single", root=tasks), "val"))
+    stored = run_eval(EvalSettings(split="val", limit=4, tasks_root=tasks), workspace=ws, generator=scripted).eval_id
+    run = evaluate.run_eval
+    fresh = []
+    monkeypatch.setattr(evaluate, "run_eval", lambda settings, **kw: fresh.append(settings.strict) or run(
+        settings, generator=scripted, **kw))
+    for strict in (False, True):
+        promotion._measure("m", None, "workplace-single", "val", GateSettings(limit=4, strict=strict), tasks, ws,
+                           lambda event: None, reuse_eval=stored)
+    assert fresh == [True]  # the free gate reused the stored free eval; the strict one evaluated again, strictly
+
