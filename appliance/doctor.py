@@ -26,7 +26,7 @@ from appliance import gpu_smoke as smoke
 from appliance.errors import ApplianceError
 
 PACKAGES = ("torch", "transformers", "trl", "peft", "accelerate", "datasets", "duckdb", "textual",
-            "vllm", "unsloth", "unsloth_zoo", "bitsandbytes", "xformers")
+            "xgrammar", "vllm", "unsloth", "unsloth_zoo", "bitsandbytes", "xformers")
 
 
 def _version(package: str) -> str | None:

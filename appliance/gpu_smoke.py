@@ -288,9 +288,27 @@ def part_vllm(work: Path, shape: str) -> None:
         elapsed = time.perf_counter() - t0
         tokens = sum(len(c.token_ids) for o in outputs for c in o.outputs)
         _print(f"vllm_{label}_tokens_per_s", round(tokens / elapsed, 1))
+    _vllm_strict(llm, LoRARequest("smoke", 1, str(work / "adapter")))
     # vLLM's engine core is another process: read the device's memory, not this process's allocator.
     free, total = torch.cuda.mem_get_info()
     _print("vllm_vram_in_use_gib", round((total - free) / 2**30, 3))
+
+
+def _vllm_strict(llm: Any, lora: Any) -> None:
+    """Strict decoding through vLLM's structured outputs with a LoRA: every finished answer must parse."""
+    from vllm import SamplingParams
+
+    from appliance.generate.vllm import structured_outputs_for
+    from appliance.parsing import parse_tool_calls
+
+    tool = {"type": "function", "function": {"name": "calendar_delete_event", "parameters": {
+        "type": "object", "properties": {"event_id": {"type": "string"}}, "required": ["event_id"]}}}
+    held = structured_outputs_for([tool])
+    params = [SamplingParams(n=4, temperature=1.0, max_tokens=64, seed=0, structured_outputs=held) for _ in PROMPTS]
+    outputs = llm.generate(PROMPTS, params, lora_request=lora)
+    finished = [c.text for o in outputs for c in o.outputs if c.finish_reason == "stop"]
+    _print("vllm_strict_finished", len(finished))
+    _print("vllm_strict_valid_of_finished", sum(parse_tool_calls(text).ok for text in finished))
 
 
 PARTS = {"bnb": part_bnb, "unsloth": part_unsloth, "vllm": part_vllm}

@@ -64,9 +64,12 @@ def main() -> None:
     print(f"strict_over_free: {seconds[True] / seconds[False]:.3f}")
     print(f"answers_changed: {sum(a != b for a, b in zip(answers[False], answers[True]))}")
     for strict, name in ((False, "free"), (True, "strict")):
-        print(f"{name}_format_errors: {sum(v.bucket == 'format_error' for v in verdicts[strict])}")
-        print(f"{name}_schema_errors: {sum(v.bucket in ('wrong_tool', 'wrong_arguments') and _schema(v.reason) for v in verdicts[strict])}")
-        print(f"{name}_successes: {sum(v.bucket == 'success' for v in verdicts[strict])}")
+        buckets = [v.bucket for v in verdicts[strict]]
+        schema_errors = sum(v.bucket in ("wrong_tool", "wrong_arguments") and _schema(v.reason)
+                            for v in verdicts[strict])
+        print(f"{name}_format_errors: {buckets.count('format_error')}")
+        print(f"{name}_schema_errors: {schema_errors}")
+        print(f"{name}_successes: {buckets.count('success')}")
 
 
 def _schema(reason: str) -> bool:

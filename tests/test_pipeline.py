@@ -4,14 +4,18 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from appliance.store import Workspace
 
 
-def test_quick_pipeline_runs_every_stage_and_stores_the_decision(tiny_model_dir, tmp_path):
+@pytest.mark.parametrize("strict", [False, True], ids=["free", "strict"])
+def test_quick_pipeline_runs_every_stage_and_stores_the_decision(tiny_model_dir, tmp_path, strict):
     ws_path = tmp_path / "runs"
     proc = subprocess.run(
         [sys.executable, "-m", "appliance", "run", "--quick", "--model", str(tiny_model_dir),
-         "--workspace", str(ws_path), "--checkpoints", str(tmp_path / "checkpoints")],
+         "--workspace", str(ws_path), "--checkpoints", str(tmp_path / "checkpoints"),
+         "--strict" if strict else "--no-strict"],
         capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "recommendation: sft" in proc.stdout
@@ -23,8 +27,10 @@ def test_quick_pipeline_runs_every_stage_and_stores_the_decision(tiny_model_dir,
     assert ("sft", "finished") in kinds and ("grpo", "finished") in kinds
     _, rollouts = ws.query("SELECT count(*), count(DISTINCT step) FROM rollouts")
     assert rollouts[0][0] > 0 and rollouts[0][1] == 2
-    _, evals = ws.query("SELECT count(*) FROM evals WHERE status = 'finished'")
+    _, evals = ws.query("SELECT count(*), count(*) FILTER (metrics->>'$.strict' = ?) FROM evals "
+                        "WHERE status = 'finished'", [str(strict).lower()])
     assert evals[0][0] == 5  # baseline, SFT and GRPO held-out checks, two BFCL gate evals (the rest reused)
+    assert evals[0][1] == 5  # every stage decoded as asked, so the gate could reuse the pipeline's evals
     _, decision = ws.query("SELECT status, note FROM checkpoints WHERE status IN ('promoted', 'refused')")
     assert decision and "held-out success" in decision[0][1]
 

@@ -127,7 +127,8 @@ class VLLMGenerator(Generator):
         )
         params: Any = vllm.SamplingParams(**common)
         if strict_tools is not None:
-            params = [vllm.SamplingParams(**common, structured_outputs=_held_to(tools)) for tools in strict_tools]
+            params = [vllm.SamplingParams(**common, structured_outputs=structured_outputs_for(tools))
+                      for tools in strict_tools]
         # A TokensPrompt (vllm/inputs/llm.py:111) is taken as is: no second BOS.
         token_prompts = [{"prompt_token_ids": ids} for ids in encode_prompts(self.tokenizer, prompts)]
         started = time.perf_counter()
@@ -178,7 +179,7 @@ def _awake(llm: Any) -> Iterator[None]:
         llm.sleep(level=2)  # as TRL left it, so training gets its memory back
 
 
-def _held_to(tools: Sequence[dict[str, Any]]) -> Any:
+def structured_outputs_for(tools: Sequence[dict[str, Any]]) -> Any:
     """vLLM's structured outputs for one prompt: the strict answer grammar of its tools (EBNF, xgrammar's dialect).
 
     `StructuredOutputsParams` lives in vllm/sampling_params.py (vllm 0.33.0, :101) and takes exactly one
