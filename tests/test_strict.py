@@ -190,3 +190,10 @@ def test_comparing_a_strict_eval_with_a_free_one_says_the_decoders_differ(tiny_m
     mixed = compare_stored(ws, ids[False][0], ids[True][0])
     assert mixed["decoding"].startswith("a was decoded freely and b strictly")
     assert compare_stored(ws, ids[True][0], ids[True][1])["decoding"] == ""
+
+
+def test_a_schema_xgrammar_cannot_convert_keeps_the_tool_name_held_and_its_arguments_free(compiler):
+    odd = [{"type": "function", "function": {"name": "odd_tool", "parameters": {
+        "type": "object", "properties": {"code": {"type": "string", "pattern": "(?<=a)b"}}}}}]
+    assert takes(compiler, odd, '{"name": "odd_tool", "arguments": {"code": "b", "more": 1}}')
+    assert not takes(compiler, odd, '{"name": "other_tool", "arguments": {}}')
