@@ -307,8 +307,12 @@ def _vllm_strict(llm: Any, lora: Any) -> None:
     params = [SamplingParams(n=4, temperature=1.0, max_tokens=64, seed=0, structured_outputs=held) for _ in PROMPTS]
     outputs = llm.generate(PROMPTS, params, lora_request=lora)
     finished = [c.text for o in outputs for c in o.outputs if c.finish_reason == "stop"]
+    valid = sum(parse_tool_calls(text).ok for text in finished)
     _print("vllm_strict_finished", len(finished))
-    _print("vllm_strict_valid_of_finished", sum(parse_tool_calls(text).ok for text in finished))
+    _print("vllm_strict_valid_of_finished", valid)
+    if valid != len(finished):
+        raise RuntimeError(f"strict decoding through vLLM let {len(finished) - valid} of {len(finished)} finished "
+                           "answers break the grammar")
 
 
 PARTS = {"bnb": part_bnb, "unsloth": part_unsloth, "vllm": part_vllm}

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from appliance.errors import ApplianceError
-from appliance.generate.strict import STRICT_BY_DEFAULT
+from appliance.generate.strict import STRICT_BY_DEFAULT, STRICT_HELP
 from appliance.interrupts import sigterm_as_interrupt
 from appliance.events import (Event, EventSink, EvalFinished, RunFailed, RunFinished, RunStarted, null_sink,
                               parse_event)
@@ -52,7 +52,7 @@ class PipelineSettings:
     sft_steps: int = field(default=150, metadata={"help": "SFT steps when SFT is recommended"})
     grpo_steps: int = field(default=15, metadata={"help": "GRPO steps"})
     strict: bool = field(default=STRICT_BY_DEFAULT, metadata={
-        "help": "hold every answer to the tools' schemas while decoding: baseline, training and gate alike"})
+        "help": f"{STRICT_HELP}: baseline, training and gate alike"})
     checkpoints_root: str = field(default="checkpoints", metadata={"help": "adapter registry"})
 
     def __post_init__(self) -> None:

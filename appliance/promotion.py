@@ -22,7 +22,7 @@ from typing import Any
 from appliance.errors import ApplianceError
 from appliance.evaluate.compare import SuccessDelta, paired_bootstrap
 from appliance.events import EventSink, Log, null_sink
-from appliance.generate.strict import STRICT_BY_DEFAULT
+from appliance.generate.strict import STRICT_BY_DEFAULT, STRICT_HELP
 
 
 @dataclass(frozen=True)
@@ -45,8 +45,7 @@ class GateSettings:
                 "always refused"})
     limit: int | None = field(default=None, metadata={"help": "evaluate only the first N tasks of each split"})
     strict: bool = field(default=STRICT_BY_DEFAULT, metadata={
-        "help": "evaluate both sides with answers held to the tools' schemas (a stored eval is reused only when "
-                "it was decoded the same way)"})
+        "help": f"{STRICT_HELP}, on both sides (a stored eval is reused only when it was decoded the same way)"})
 
 
 @dataclass(frozen=True)

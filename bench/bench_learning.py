@@ -28,6 +28,7 @@ COMPARISONS = (("sft", "baseline"), ("sft_grpo", "sft"), ("sft_grpo", "baseline"
 
 
 def main() -> None:
+    from appliance.generate.strict import STRICT_HELP
     from appliance.pipeline import PipelineSettings
 
     run = PipelineSettings()  # the bench measures what `appliance run` does, with its defaults
@@ -42,7 +43,7 @@ def main() -> None:
     parser.add_argument("--sft-adapter", default=None, help="reuse this SFT adapter instead of training one")
     parser.add_argument("--limit", type=int, default=None, help="held-out tasks per eval (default: all)")
     parser.add_argument("--strict", action=argparse.BooleanOptionalAction, default=run.strict,
-                        help="hold answers to the tools' schemas in every eval and in GRPO's rollouts")
+                        help=f"{STRICT_HELP}: every eval and GRPO's rollouts")
     args = parser.parse_args()
 
     from appliance.packs import load_pack

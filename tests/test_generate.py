@@ -229,7 +229,8 @@ def test_vllm_strict_holds_each_prompt_to_its_own_tools(fake_vllm, monkeypatch):
                                              strict_tools=tools)
     [(_, params, _)] = engine.calls
     assert [p.structured_outputs.grammar for p in params] == [answer_grammar(tools[0]), answer_grammar(tools[1])]
-    assert "first_tool" in params[0].structured_outputs.grammar and "first_tool" not in params[1].structured_outputs.grammar
+    first, second = (p.structured_outputs.grammar for p in params)
+    assert "first_tool" in first and "first_tool" not in second
     assert all(p.n == 2 and p.temperature == 0.8 for p in params)
     assert texts(results) == [["ab-0", "ab-1"], ["cde-0", "cde-1"]]
 

@@ -474,7 +474,7 @@ def test_strict_colocated_rollouts_are_held_to_the_union_of_the_prompts_tools(mo
 
     strict = {"prompt one": [tool("delete_event")], "prompt two": [tool("delete_task"), tool("delete_event")]}
     backend.make_grpo_trainer(UnslothModelWithEngine(), None, None, TrainConfig(stage="grpo", strict=True),
-                              {"output_dir": str(tmp_path / "trainer")}, [], [], strict_tools=strict)
+                              {"output_dir": str(tmp_path / "trainer")}, [], [], tools_by_prompt=strict)
     grammar = built["args"][3]["generation_kwargs"]["structured_outputs"]["grammar"]
     tokenizer = build_tiny_tokenizer()
     compiled = xgr.GrammarCompiler(xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=len(tokenizer),

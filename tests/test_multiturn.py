@@ -25,8 +25,10 @@ class ScriptedGenerator:
         self.tokenizer = tokenizer
         self.script = script
         self.turn = 0
+        self.held_to: list = []
 
-    def generate(self, prompts, *, n=1, temperature=1.0, top_p=1.0, max_new_tokens=64):
+    def generate(self, prompts, *, n=1, temperature=1.0, top_p=1.0, max_new_tokens=64, strict_tools=None):
+        self.held_to.append(strict_tools)
         text = self.script[min(self.turn, len(self.script) - 1)]
         self.turn += 1
         ids = tuple(self.tokenizer(text, add_special_tokens=False)["input_ids"]) + (self.tokenizer.eos_token_id,)
@@ -46,11 +48,17 @@ def tokenizer():
     return build_tiny_tokenizer()
 
 
-def episode(pack, tokenizer, script: list[str], copies: int = 2):
+def episode(pack, tokenizer, script: list[str], copies: int = 2, generators: list | None = None, strict=False):
     rows = [row for row in grpo_rows(pack, tokenizer) if row["task_id"] == "wm-train-0000"]
     episodes = agent_episodes(pack, tokenizer, rows)
-    rollout = MultiTurnRollout(tokenizer, TrainConfig(temperature=1.0, max_completion_tokens=64), episodes,
-                               make_generator=lambda model, tok, size: ScriptedGenerator(tok, script))
+    generators = [] if generators is None else generators  # the caller's list sees each generator made
+
+    def make_generator(model, tok, size):
+        generators.append(ScriptedGenerator(tok, script))
+        return generators[-1]
+
+    rollout = MultiTurnRollout(tokenizer, TrainConfig(temperature=1.0, max_completion_tokens=64, strict=strict),
+                               episodes, make_generator=make_generator)
     trainer = SimpleNamespace(model=SimpleNamespace(training=True, eval=lambda: None, train=lambda mode=True: None))
     return rows[0], episodes, rollout([rows[0]["prompt"]] * copies, trainer)
 
@@ -77,6 +85,17 @@ def test_episode_tokens_are_the_rendered_conversation_with_tool_output_masked(pa
     tool_text = tokenizer.decode([t for t, m in zip(ids, mask) if not m], skip_special_tokens=False)
     assert "00000204" in tool_text and "jinsoo" in tool_text.lower()
     assert episodes.tasks_by_prompt[row["prompt"]].id == task.id
+
+
+def test_strict_episodes_hold_every_turn_to_the_tasks_tools(pack, tokenizer):
+    script = [json.dumps(SEARCH), json.dumps(FORWARD), "Done: I forwarded it to Sofia."]
+    for strict in (False, True):
+        generators = []
+        row, _, _ = episode(pack, tokenizer, script, generators=generators, strict=strict)
+        tools = pack.tools_for(pack.task(row["task_id"]))
+        [generator] = generators
+        assert len(generator.held_to) == 3  # one call per turn
+        assert generator.held_to == ([[tools, tools]] * 3 if strict else [None] * 3)
 
 
 def test_episode_rewards_score_the_trajectory_like_eval(pack, tokenizer):

@@ -151,4 +151,3 @@ def test_the_gate_reuses_a_stored_eval_only_when_it_was_decoded_the_same_way(tmp
         promotion._measure("m", None, "workplace-single", "val", GateSettings(limit=4, strict=strict), tasks, ws,
                            lambda event: None, reuse_eval=stored)
     assert fresh == [True]  # the free gate reused the stored free eval; the strict one evaluated again, strictly
-

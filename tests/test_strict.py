@@ -79,6 +79,7 @@ def test_the_grammar_takes_valid_answers(compiler, text):
     '{"name": "calendar_delete_event", "arguments": {"event_id": "00000000',  # unfinished
     "Sure: {\"name\": \"calendar_delete_event\"}",  # prose holding a call attempt is a format error, not a reply
     "[]x",
+    "1.", "...", "ok\x01 fine",  # prose without a word, or with a control character, is a format error
 ])
 def test_the_grammar_refuses_schema_breaking_answers(compiler, text):
     assert not takes(compiler, TOOLS, text)
@@ -152,27 +153,60 @@ def test_strict_generation_answers_only_in_the_tools_schemas(opens_calls):
                    for samples in free for s in samples)  # without the grammar the same model makes no call
 
 
-def test_strict_top_p_sampling_still_draws_an_allowed_token(loaded):
-    """transformers cuts top-p before a custom processor; strict decoding cuts it after its mask instead."""
-    model, tokenizer = loaded
+def test_strict_top_p_sampling_draws_only_allowed_tokens(opens_calls):
+    """transformers 5.17 runs the grammar's mask before temperature and top-p, so a tight nucleus still holds only
+    allowed tokens (were top-p cut first, a row could be left with none: NaNs, or a forbidden token)."""
+    model, tokenizer = opens_calls
     prompts = [render_prompt(tokenizer, "You are helpful.", [{"role": "user", "content": "Delete it."}], TOOLS)]
-    samples = HFGenerator(model, tokenizer).generate(prompts, n=8, temperature=1.0, top_p=0.05, max_new_tokens=64,
+    samples = HFGenerator(model, tokenizer).generate(prompts, n=8, temperature=2.0, top_p=0.3, max_new_tokens=96,
                                                      seed=1, strict_tools=[TOOLS])[0]
-    assert len(samples) == 8 and all(isinstance(s.text, str) for s in samples)
+    finished = [s for s in samples if s.finish_reason == "stop"]
+    assert finished and all(parse_tool_calls(s.text).ok for s in finished)
 
 
-def test_a_strict_eval_has_no_schema_breaking_answers_and_says_so(tiny_model_dir, tmp_path):
+def test_each_prompt_is_held_to_its_own_tools_whatever_order_the_batch_takes(opens_calls):
+    """Prompts are re-sorted by their tokens and repeated n times per row; each row must keep its prompt's tools."""
+    model, tokenizer = opens_calls
+    names = ["zeta_tool", "alpha_tool", "mid_tool", "beta_tool", "omega_tool"]
+    lists = [[{"type": "function", "function": {"name": name, "parameters": {
+        "type": "object", "properties": {"id": {"type": "string", "enum": ["1", "2"]}}, "required": ["id"]}}}]
+        for name in names]
+    # A longer user turn for earlier prompts, so sorting by tokens reverses the order.
+    prompts = [render_prompt(tokenizer, "You are helpful.", [{"role": "user", "content": "Go. " * (5 - i)}], tools)
+               for i, tools in enumerate(lists)]
+    results = HFGenerator(model, tokenizer, batch_size=4).generate(prompts, n=2, temperature=1.0, max_new_tokens=48,
+                                                                   seed=0, strict_tools=lists)
+    called = 0
+    for name, samples in zip(names, results):
+        for sample in samples:
+            parsed = parse_tool_calls(sample.text)
+            if sample.finish_reason == "stop" and parsed.calls:
+                assert [call.name for call in parsed.calls] == [name] * len(parsed.calls), (name, sample.text)
+                called += 1
+    assert called >= 5
+
+
+def test_a_strict_eval_has_no_schema_breaking_answers_and_says_so(opens_calls, tiny_model_dir, tmp_path):
+    """The same model and seed: decoded freely its calls do not even parse; held, they parse and fit the schemas."""
+    model, tokenizer = opens_calls
     ws = Workspace.open(tmp_path / "ws")
     settings = dict(model=str(tiny_model_dir), pack="workplace-single", split="dev", limit=8, k=2,
-                    temperature=1.5, max_new_tokens=96, backend="hf", tasks_root=str(TASKS_ROOT))
-    report = run_eval(EvalSettings(**settings, strict=True), workspace=ws)
-    _, rows = ws.query("SELECT completion, v_reason FROM eval_samples WHERE eval_id = ?", [report.eval_id])
-    assert len(rows) == 16
-    reasons = [reason or "" for _, reason in rows]
-    assert not any("unknown tool" in r or "unknown argument" in r or "Additional properties" in r
-                   or "is not one of" in r for r in reasons), reasons
-    _, stored = ws.query("SELECT metrics->>'$.strict' FROM evals WHERE id = ?", [report.eval_id])
-    assert stored[0][0] == "true"
+                    temperature=1.0, max_new_tokens=96, backend="hf", tasks_root=str(TASKS_ROOT))
+    schema_words = ("unknown tool", "unknown argument", "Additional properties", "is not one of", "missing required")
+    found, format_errors, calls = {}, {}, {}
+    for strict in (False, True):
+        report = run_eval(EvalSettings(**settings, strict=strict), workspace=ws,
+                          generator=HFGenerator(model, tokenizer, batch_size=16))
+        _, rows = ws.query("SELECT v_reason, v_bucket FROM eval_samples WHERE eval_id = ?", [report.eval_id])
+        assert len(rows) == 16
+        found[strict] = [reason for reason, _ in rows if any(words in (reason or "") for words in schema_words)]
+        format_errors[strict] = sum(bucket == "format_error" for _, bucket in rows)
+        calls[strict] = sum(bucket in ("wrong_tool", "wrong_arguments", "success", "unsafe_action",
+                                       "called_when_none_expected") for _, bucket in rows)
+        _, stored = ws.query("SELECT metrics->>'$.strict' FROM evals WHERE id = ?", [report.eval_id])
+        assert stored[0][0] == str(strict).lower()
+    assert not found[True], found
+    assert format_errors[True] < format_errors[False] and calls[True] > calls[False], (format_errors, calls)
 
 
 def test_comparing_a_strict_eval_with_a_free_one_says_the_decoders_differ(tiny_model_dir, tmp_path):

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from appliance.events import EventSink, null_sink
+from appliance.generate.strict import STRICT_BY_DEFAULT
 
 HELDOUT_KEYS = ("execution_success_rate", "valid_json_rate", "unsafe_action_rate", "mean_reward",
                 "latency_p95_s", "pass@1")
@@ -17,7 +18,8 @@ HELDOUT_KEYS = ("execution_success_rate", "valid_json_rate", "unsafe_action_rate
 
 def make_heldout_eval(*, model: str, pack: str, workspace: Any, split: str = "val", limit: int | None = 32,
                       k: int = 1, tasks_root: str = "tasks", sink: EventSink = null_sink,
-                      max_new_tokens: int = 96, strict: bool = False) -> Callable[[str, int], dict[str, Any]]:
+                      max_new_tokens: int = 96,
+                      strict: bool = STRICT_BY_DEFAULT) -> Callable[[str, int], dict[str, Any]]:
     from appliance.evaluate.runner import EvalSettings, run_eval
 
     # Checked now, not at the first checkpoint: a bad limit should not cost a training run.

@@ -18,7 +18,7 @@ from appliance.evaluate.agent import Trajectory, label_lost_track, run_trajector
 from appliance.evaluate.decision import DecisionThresholds, Recommendation, failure_detail, recommend
 from appliance.evaluate.metrics import ScoredSample, summarize
 from appliance.evaluate.scoring import Scorer, make_scorer
-from appliance.generate.strict import STRICT_BY_DEFAULT
+from appliance.generate.strict import STRICT_BY_DEFAULT, STRICT_HELP
 from appliance.events import EvalFinished, EventSink, Progress, RunStarted, null_sink
 from appliance.task import Task
 
@@ -37,9 +37,7 @@ class EvalSettings:
     batch_size: int = field(default=32, metadata={"help": "prompts per generation call"})
     backend: str = field(default="auto", metadata={"help": "auto | hf | vllm"})
     seed: int = field(default=0, metadata={"help": "sampling seed"})
-    strict: bool = field(default=STRICT_BY_DEFAULT, metadata={
-        "help": "hold every answer to the task's tool schemas while decoding (no unknown tool, no undeclared "
-                "argument, no value outside an enum), as OpenAI's strict function calling does"})
+    strict: bool = field(default=STRICT_BY_DEFAULT, metadata={"help": STRICT_HELP})
     tasks_root: str = field(default="tasks", metadata={"help": "folder holding task packs"})
     run_id: str | None = field(default=None, metadata={"help": "training run this eval belongs to, if any"})
 

@@ -39,7 +39,7 @@ from typing import Any, Callable
 from appliance.errors import ApplianceError
 from appliance.evaluate.runner import EvalSettings
 from appliance.flywheel.chat import assistant_answer, for_prompt, messages_problem, tools_problem
-from appliance.generate.strict import STRICT_BY_DEFAULT
+from appliance.generate.strict import STRICT_BY_DEFAULT, STRICT_HELP
 from appliance.prompting import render_prompt
 
 MAX_REQUEST_BYTES = 8 * 1024 * 1024
@@ -73,9 +73,9 @@ class ServeConfig:
     temperature: float = _help("sampling temperature when a request sets none (0: greedy)", 0.0)
     log: str | None = _help("also append every served trajectory to this JSONL file "
                             "(`appliance trajectories import` reads it)")
-    strict: bool = _help("hold every answer to the request's tool schemas, as evals do; without it only a request "
-                         "with a `\"strict\": true` function is held (OpenAI's per-function switch)",
-                         STRICT_BY_DEFAULT)
+    strict: bool = _help(f"{STRICT_HELP}: every request's answer, to its tools; without it only a request with a "
+                         "function marked `\"strict\": true` is held, and then to all of its tools (a held answer's "
+                         "prose holds no brace, `<` or backtick)", STRICT_BY_DEFAULT)
 
 
 @dataclass(frozen=True)

@@ -55,7 +55,6 @@ class HFGenerator(Generator):
         self.eos_ids = _eos_ids(model, tokenizer)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_ids[0]
         self._heads_seen: dict[tuple[int, ...], Any] = {}
-        self._grammars: Any = None  # built on the first strict call (xgrammar reads the whole vocabulary)
 
     @classmethod
     def load(
@@ -247,9 +246,8 @@ class HFGenerator(Generator):
         else:
             inputs = self._batch_inputs(token_lists)
         inputs = self._with_static_cache(inputs, max_new_tokens)
-        held = None if strict_tools is None else self._grammar_processor(strict_tools, rows_per_prompt, top_p)
-        # Under strict decoding top-p is the grammar processor's, applied after its mask.
-        config = self._generation_config(greedy, temperature, 1.0 if held else top_p, max_new_tokens, stop)
+        held = None if strict_tools is None else self._grammar_processor(strict_tools, rows_per_prompt)
+        config = self._generation_config(greedy, temperature, top_p, max_new_tokens, stop)
         started = time.perf_counter()
         with torch.inference_mode():
             output = self.model.generate(**inputs, generation_config=config, tokenizer=self.tokenizer,
@@ -265,15 +263,13 @@ class HFGenerator(Generator):
             samples.append(decoded * n if greedy else decoded)
         return samples
 
-    def _grammar_processor(self, strict_tools: list[Sequence[dict[str, Any]]], rows_per_prompt: int,
-                           top_p: float) -> Any:
+    def _grammar_processor(self, strict_tools: list[Sequence[dict[str, Any]]], rows_per_prompt: int) -> Any:
         """The logits processor that holds each row to its prompt's tools (rows are prompt-major)."""
         from appliance.generate.hf_grammar import GrammarCompilerCache, GrammarLogitsProcessor
 
-        if self._grammars is None:
-            self._grammars = GrammarCompilerCache(self.tokenizer, self._text_config().vocab_size, self.eos_ids)
-        grammars = [self._grammars.compiled(tools) for tools in strict_tools for _ in range(rows_per_prompt)]
-        return GrammarLogitsProcessor(grammars, self._grammars.vocab_size, top_p=top_p)
+        cache = GrammarCompilerCache.for_tokenizer(self.tokenizer, self._text_config().vocab_size, self.eos_ids)
+        grammars = [cache.compiled(tools) for tools in strict_tools for _ in range(rows_per_prompt)]
+        return GrammarLogitsProcessor(grammars, cache.vocab_size)
 
     def _with_static_cache(self, inputs: dict[str, Any], max_new_tokens: int) -> dict[str, Any]:
         """Decode into a preallocated KV cache that already holds whatever `inputs` prefilled.

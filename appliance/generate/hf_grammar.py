@@ -7,6 +7,7 @@ compiles once.
 """
 from __future__ import annotations
 
+import weakref
 from typing import Any, Sequence
 
 from appliance.generate.strict import answer_grammar
@@ -14,6 +15,19 @@ from appliance.generate.strict import answer_grammar
 
 class GrammarCompilerCache:
     """xgrammar's compiler for one tokenizer, and each tool list's compiled answer grammar."""
+
+    _by_tokenizer: "weakref.WeakKeyDictionary[Any, dict[tuple[int, tuple[int, ...]], GrammarCompilerCache]]" = (
+        weakref.WeakKeyDictionary())
+
+    @classmethod
+    def for_tokenizer(cls, tokenizer: Any, vocab_size: int, stop_ids: Sequence[int]) -> "GrammarCompilerCache":
+        """The tokenizer's cache, built once: reading the vocabulary and compiling each tool list take
+        longer than a step's masks, and GRPO builds a new generator for every step."""
+        caches = cls._by_tokenizer.setdefault(tokenizer, {})
+        key = (vocab_size, tuple(stop_ids))
+        if key not in caches:
+            caches[key] = cls(tokenizer, vocab_size, stop_ids)
+        return caches[key]
 
     def __init__(self, tokenizer: Any, vocab_size: int, stop_ids: Sequence[int]) -> None:
         import xgrammar as xgr
@@ -31,21 +45,21 @@ class GrammarCompilerCache:
 
 
 class GrammarLogitsProcessor:
-    """Masks each row's logits to what its grammar allows next; top-p, when asked, comes after the mask.
+    """Masks each row's logits to what its grammar allows next.
 
-    transformers runs a custom processor after its own warpers, so a top-p cut made
-    there could leave no allowed token; strict sampling asks transformers for no
-    top-p and applies it here, on the masked logits. A row whose matcher rejects
-    a token (padding after the row ended on a stop string) goes free from then on.
+    transformers 5.17 runs a custom processor before its sampling warpers
+    (generation/utils.py:1422, temperature and top-p after it), so temperature and
+    top-p see the masked logits and a nucleus never holds a forbidden token. A row
+    whose matcher rejects a token (padding after the row ended on a stop string)
+    goes free from then on.
     """
 
-    def __init__(self, grammars: Sequence[Any], vocab_size: int, top_p: float = 1.0) -> None:
+    def __init__(self, grammars: Sequence[Any], vocab_size: int) -> None:
         import xgrammar as xgr
 
         self._xgr = xgr
         self._matchers: list[Any] = [xgr.GrammarMatcher(grammar) for grammar in grammars]
         self._bitmask = xgr.allocate_token_bitmask(len(grammars), vocab_size)
-        self._top_p = top_p
         self._started = False
 
     def __call__(self, input_ids: Any, scores: Any) -> Any:
@@ -57,10 +71,6 @@ class GrammarLogitsProcessor:
             if matcher is not None and not matcher.is_terminated():
                 matcher.fill_next_token_bitmask(self._bitmask, row)
         self._xgr.apply_token_bitmask_inplace(scores, self._bitmask.to(scores.device))
-        if self._top_p < 1.0:
-            from transformers import TopPLogitsWarper
-
-            scores = TopPLogitsWarper(self._top_p)(input_ids, scores)
         return scores
 
     def _accept(self, tokens: list[int]) -> None:

@@ -27,10 +27,16 @@ from typing import Any, Sequence
 # Whether evals, training and the gate hold answers to the tools' schemas unless told otherwise: the one
 # default that EvalSettings, TrainConfig, GateSettings and PipelineSettings read.
 STRICT_BY_DEFAULT = False
+# What strict means, for every help string; each setting adds only where it applies.
+STRICT_HELP = ("hold every answer to the tools' schemas while decoding (no unknown tool, no undeclared argument, "
+               "no value outside an enum), as OpenAI's strict function calling does")
 
-# Prose that cannot be read as a call attempt (appliance.parsing): it does not open with JSON or
-# whitespace, and holds no brace, no `<` (a <tool_call> tag) and no backtick (a code fence).
-PROSE_REGEX = r"[^ \t\r\n{\[<`][^{<`]*"
+# Prose the parser reads as a deliberate no-call (appliance.parsing): it does not open with JSON or
+# whitespace; it holds no brace, no `<` (a <tool_call> tag), no backtick (a code fence) and no control
+# character; and it has a word (two letters in a row; here ASCII ones, a subset of the parser's any-script rule).
+_PROSE_CHAR = r"[^{<`\x00-\x08\x0b\x0c\x0e-\x1f\x7f]"
+_PROSE_FIRST = r"[^ \t\r\n{\[<`\x00-\x1f\x7f]"
+PROSE_REGEX = rf"({_PROSE_FIRST}{_PROSE_CHAR}*)?[A-Za-z][A-Za-z]{_PROSE_CHAR}*"
 
 
 def answer_grammar(tools: Sequence[dict[str, Any]]) -> str:

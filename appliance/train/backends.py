@@ -44,11 +44,11 @@ class Backend(Protocol):
     def make_grpo_trainer(self, model: Any, tokenizer: Any, dataset: Any, config: "TrainConfig",
                           args: dict[str, Any], reward_funcs: list[Callable], callbacks: list[Any],
                           trainer_mixin: type | None = None, episodes: "AgentEpisodes | None" = None,
-                          guide: "Guide | None" = None, strict_tools: dict[str, Any] | None = None) -> Any:
+                          guide: "Guide | None" = None, tools_by_prompt: dict[str, Any] | None = None) -> Any:
         """A TRL GRPOTrainer (optionally with our mixin first in the MRO) with `args` as GRPOConfig kwargs.
 
         `episodes` (an `appliance.train.multiturn.AgentEpisodes`) makes every rollout a multi-turn episode;
-        `guide` (only where `supports_guidance`) gives failed groups the reference answer; `strict_tools`
+        `guide` (only where `supports_guidance`) gives failed groups the reference answer; `tools_by_prompt`
         (prompt text → tools) holds the rollouts to those tools' schemas (appliance.generate.strict).
         """
 

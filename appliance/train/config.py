@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ApplianceError
-from ..generate.strict import STRICT_BY_DEFAULT
+from ..generate.strict import STRICT_BY_DEFAULT, STRICT_HELP
 from ..packs.manifest import EVAL_SPLITS, TRAIN_SPLITS
 
 BACKENDS = ("auto", "cpu", "unsloth")
@@ -126,8 +126,8 @@ class TrainConfig:
         "Longest prompt + completion in tokens (SFT truncates beyond it; Unsloth sizes its buffers with it)."))
     temperature: float = field(default=1.0, metadata=_help("Sampling temperature for GRPO rollouts."))
     strict: bool = field(default=STRICT_BY_DEFAULT, metadata=_help(
-        "Hold answers to the tools' schemas while decoding (appliance.generate.strict): GRPO's rollouts (on the "
-        "vLLM backend to the union of the pack's tools) and the held-out evals at each checkpoint."))
+        f"{STRICT_HELP}: GRPO's rollouts (on the vLLM backend, to the union of the pack's tools) and the held-out "
+        "evals at each checkpoint."))
     beta: float | None = field(default=None, metadata=_help(
         "GRPO: KL coefficient (0 skips the reference forward pass). The reference is the starting policy on the "
         "cpu backend (init_adapter, else the base model) but always the base model on unsloth, which drops TRL's "

@@ -143,8 +143,8 @@ class CpuBackend:
     def make_grpo_trainer(self, model: Any, tokenizer: Any, dataset: Any, config: TrainConfig,
                           args: dict[str, Any], reward_funcs: list[Callable], callbacks: list[Any],
                           trainer_mixin: type | None = None, episodes: Any = None, guide: Any = None,
-                          strict_tools: dict[str, Any] | None = None) -> Any:
-        rollout = self.rollout_func(tokenizer, config, episodes, guide, strict_tools)
+                          tools_by_prompt: dict[str, Any] | None = None) -> Any:
+        rollout = self.rollout_func(tokenizer, config, episodes, guide, tools_by_prompt)
         trainer = build_grpo_trainer(model, tokenizer, dataset, {**args, **self.backend_args(), "use_vllm": False},
                                      reward_funcs, callbacks, trainer_mixin, rollout_func=rollout)
         reuse_frozen_heads(trainer.model, tokenizer, dataset)
@@ -157,7 +157,7 @@ class CpuBackend:
         return build_dpo_trainer(model, tokenizer, dataset, {**args, **self.backend_args()}, callbacks)
 
     def rollout_func(self, tokenizer: Any, config: TrainConfig, episodes: Any = None, guide: Any = None,
-                     strict_tools: dict[str, Any] | None = None) -> Callable:
+                     tools_by_prompt: dict[str, Any] | None = None) -> Callable:
         """Sampling that prefills each prompt once per group (appliance.train.rollout; with `guide`, failed
         groups get the reference answer), or, given `episodes`, whole multi-turn episodes in the tasks' worlds
         (appliance.train.multiturn)."""
@@ -170,7 +170,7 @@ class CpuBackend:
         os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
         if episodes is not None:
             return MultiTurnRollout(tokenizer, config, episodes)
-        return SharedPrefixRollout(tokenizer, config, guide, strict_tools)
+        return SharedPrefixRollout(tokenizer, config, guide, tools_by_prompt)
 
     def save_adapter(self, model: Any, out_dir: str | Path) -> None:
         # DPO adds a frozen "ref" copy of the starting adapter (trl dpo_trainer.py:666-690); only the trained one is saved.

@@ -30,7 +30,7 @@ from .config import TrainConfig
 from .multiturn import MULTI_TURN_CPU_ONLY, agent_episodes, is_multi_turn, turn_limit
 from .presets import filters_zero_variance, grpo_options
 from .recorder import RolloutRecorder
-from .rollout import make_guide, strict_tools_by_prompt
+from .rollout import make_guide, tools_by_prompt_for
 from .screen import screen_rows, screened_pool_or_fail
 
 
@@ -169,11 +169,11 @@ def run_grpo(config: TrainConfig, *, sink: EventSink = null_sink,
     if reward_weights is not None:
         args["reward_weights"] = list(reward_weights)
     guide = make_guide(run.pack, rows, verify) if run.config.guide_failed_groups else None
-    strict = strict_tools_by_prompt(run.pack, rows) if run.config.strict and episodes is None else None
+    strict = tools_by_prompt_for(run.pack, rows) if run.config.strict and episodes is None else None
     trainer = run.backend.make_grpo_trainer(model, tokenizer, dataset, run.config, args, recorder.wrapped,
                                             [build_callback(run, recorder=recorder, on_eval=on_eval)],
                                             trainer_mixin=ApplianceGRPOMixin, episodes=episodes, guide=guide,
-                                            strict_tools=strict)
+                                            tools_by_prompt=strict)
     trainer.appliance_recorder = recorder
     trainer.appliance_filter_zero_variance = filters_zero_variance(run.config.preset)
     trainer.appliance_anchor = sft_anchor_for(run, tokenizer)

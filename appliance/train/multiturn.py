@@ -65,7 +65,7 @@ class AgentEpisodes:
     render: Callable[[Any, list[dict[str, Any]]], str]  # (task, messages) → prompt, as eval renders it
     max_turns: int
     world_for: Callable[[Any], Any]          # task → a fresh world for one episode (WorkBench's or the pack's own)
-    tools_for: Callable[[Any], Any] = lambda task: ()  # task → the tools its answers are held to (strict)
+    tools_for: Callable[[Any], Any]          # task → its tools, which strict rollouts hold its answers to
 
 
 def agent_episodes(pack: Any, tokenizer: Any, rows: list[dict[str, Any]]) -> AgentEpisodes:

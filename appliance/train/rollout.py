@@ -48,7 +48,7 @@ class Guide:
         return found is not None and not any(self.succeeded(found[0], text) for text in texts)
 
 
-def strict_tools_by_prompt(pack: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:
+def tools_by_prompt_for(pack: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Each GRPO dataset row's prompt text → the tools its answers are held to under strict decoding."""
     return {row["prompt"]: pack.tools_for(pack.task(row["task_id"])) for row in rows}
 
@@ -65,13 +65,13 @@ class SharedPrefixRollout:
     """A TRL `rollout_func(prompts, trainer)`: one completion per (repeated) prompt, in order."""
 
     def __init__(self, tokenizer: Any, config: TrainConfig, guide: Guide | None = None,
-                 strict_tools: dict[str, Any] | None = None) -> None:
+                 tools_by_prompt: dict[str, Any] | None = None) -> None:
         from appliance.generate.hf import answer_token_ids
 
         self.tokenizer = tokenizer
         self.config = config
         self.guide = guide
-        self.strict_tools = strict_tools  # prompt text → the tools its samples are held to (config.strict)
+        self.tools_by_prompt = tools_by_prompt  # prompt text → the tools its samples are held to (config.strict)
         # Each reference answer as the sampler would emit it, tokenized once for the run, not once per group.
         prompts = list(guide.references) if guide else []
         answers = answer_token_ids(tokenizer, [guide.references[p][1] for p in prompts]) if guide else []
@@ -88,8 +88,8 @@ class SharedPrefixRollout:
         with sampling_mode(trainer.model):
             for size in dict.fromkeys(n for _, n in groups):  # usually one size: num_generations
                 indices = [i for i, (_, n) in enumerate(groups) if n == size]
-                strict = ({"strict_tools": [self.strict_tools[groups[i][0]] for i in indices]}
-                          if self.strict_tools is not None else {})
+                strict = ({"strict_tools": [self.tools_by_prompt[groups[i][0]] for i in indices]}
+                          if self.tools_by_prompt is not None else {})
                 samples = generator.generate([groups[i][0] for i in indices], n=size,
                                              temperature=self.config.temperature, top_p=1.0,
                                              max_new_tokens=self.config.max_completion_tokens, **strict)

@@ -219,7 +219,7 @@ class UnslothBackend:
     def make_grpo_trainer(self, model: Any, tokenizer: Any, dataset: Any, config: TrainConfig,
                           args: dict[str, Any], reward_funcs: list[Callable], callbacks: list[Any],
                           trainer_mixin: type | None = None, episodes: Any = None, guide: Any = None,
-                          strict_tools: dict[str, Any] | None = None) -> Any:
+                          tools_by_prompt: dict[str, Any] | None = None) -> Any:
         if episodes is not None:
             raise ApplianceError(MULTI_TURN_CPU_ONLY)
         if guide is not None:  # grpo.py refuses it before the model loads (supports_guidance is not set)
@@ -228,8 +228,8 @@ class UnslothBackend:
         # Unsloth patched TRL's classes on import: colocate mode samples through its shared-weight vLLM engine.
         colocated = {"use_vllm": True, "vllm_mode": "colocate",
                      "vllm_gpu_memory_utilization": config.gpu_memory_utilization}
-        if strict_tools is not None:
-            colocated["generation_kwargs"] = {"structured_outputs": union_grammar(strict_tools.values())}
+        if tools_by_prompt is not None:
+            colocated["generation_kwargs"] = {"structured_outputs": union_grammar(tools_by_prompt.values())}
         return build_grpo_trainer(model, tokenizer, dataset, {**args, **self.backend_args(), **colocated},
                                   reward_funcs, callbacks, trainer_mixin)
 
@@ -267,7 +267,13 @@ def union_grammar(tool_lists: Any) -> dict[str, str]:
     vLLM's StructuredOutputsParams(**dict); an EBNF `grammar` goes to its xgrammar backend."""
     from ..generate.strict import answer_grammar
 
-    tools = {tool.get("function", tool)["name"]: tool for tools in tool_lists for tool in tools}
+    tools: dict[str, Any] = {}
+    for tool in (tool for tools in tool_lists for tool in tools):
+        name = tool.get("function", tool)["name"]
+        if tools.setdefault(name, tool) != tool:
+            raise ApplianceError(f"Two different tools are named {name!r} in this pack's prompts; strict rollouts "
+                                 "on the vLLM backend hold every prompt to one union of tools, so give them "
+                                 "distinct names or train without --strict.")
     return {"grammar": answer_grammar(list(tools.values()))}
 
 
