@@ -264,7 +264,10 @@ def union_grammar(tool_lists: Any) -> dict[str, str]:
     """TRL's colocated sampling takes one SamplingParams for the whole batch, so strict rollouts are held to the
     union of the prompts' tools (no unknown tool, no undeclared argument). trl 1.15.0
     generation/vllm_generation.py:674-682 turns a `structured_outputs` dict in `generation_kwargs` into
-    vLLM's StructuredOutputsParams(**dict); an EBNF `grammar` goes to its xgrammar backend."""
+    vLLM's StructuredOutputsParams(**dict); an EBNF `grammar` goes to its xgrammar backend. Unsloth 2026.10.9
+    keeps that path: its generate wrapper calls TRL's own (unsloth models/rl_replacements.py:5561-5640) and
+    rebuilds SamplingParams only when `vllm_sampling_params` is set (:5627); with a structured output set it
+    scores the update over the whole vocabulary instead (unsloth_zoo rl_replacements.py:1662-1665, :1760)."""
     from ..generate.strict import answer_grammar
 
     tools: dict[str, Any] = {}
