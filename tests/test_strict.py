@@ -64,6 +64,8 @@ def takes(compiler, tools, text: str) -> bool:
     '{"name": "log_note", "arguments": {"text": "a", "extra": 3}}',  # an open schema keeps other arguments
     "No action is needed.",
     "I can't send that to a personal address.",
+    '```json\n{"name": "calendar_delete_event", "arguments": {"event_id": "1"}}\n```',
+    '<tool_call>\n{"name": "calendar_delete_event", "arguments": {"event_id": "1"}}\n</tool_call>',
 ])
 def test_the_grammar_takes_valid_answers(compiler, text):
     assert takes(compiler, TOOLS, text)
@@ -80,6 +82,7 @@ def test_the_grammar_takes_valid_answers(compiler, text):
     "Sure: {\"name\": \"calendar_delete_event\"}",  # prose holding a call attempt is a format error, not a reply
     "[]x",
     "1.", "...", "ok\x01 fine",  # prose without a word, or with a control character, is a format error
+    '<tool_call>\n{"name": "calendar_delete_event", "arguments": {"event_id": "1", "x": "2"}}\n</tool_call>',
 ])
 def test_the_grammar_refuses_schema_breaking_answers(compiler, text):
     assert not takes(compiler, TOOLS, text)

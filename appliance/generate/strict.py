@@ -2,9 +2,10 @@
 
 A strict answer is one of the shapes the parser accepts as a valid answer, and
 no other: a call object `{"name": ..., "arguments": {...}}` whose name is one of
-the prompt's tools and whose arguments its schema allows, a JSON list of such
-calls, or a plain-prose reply that holds no call attempt (a deliberate no-call,
-e.g. "No action is needed."). Arguments are held to each schema as the verifier
+the prompt's tools and whose arguments its schema allows, or a JSON list of such
+calls, bare or alone in a ```json fence or a <tool_call> tag (the shape Qwen and
+Hermes models write); or a plain-prose reply that holds no call attempt (a
+deliberate no-call, e.g. "No action is needed."). Arguments are held to each schema as the verifier
 reads it: properties and required arguments in their declared order, enums,
 types, and no argument the schema does not declare when it lists properties
 without `additionalProperties` (see `appliance.verify.closed_arguments`).
@@ -34,6 +35,9 @@ STRICT_HELP = ("hold every answer to the tools' schemas while decoding (no unkno
 # Prose the parser reads as a deliberate no-call (appliance.parsing): it does not open with JSON or
 # whitespace; it holds no brace, no `<` (a <tool_call> tag), no backtick (a code fence) and no control
 # character; and it has a word (two letters in a row; here ASCII ones, a subset of the parser's any-script rule).
+# The wrappers a call may sit in, as the parser reads them: a ```json fence and a Hermes/Qwen <tool_call> tag.
+CALL_WRAPPERS = (("```json\n", "\n```"), ("<tool_call>\n", "\n</tool_call>"))
+
 _PROSE_CHAR = r"[^{<`\x00-\x08\x0b\x0c\x0e-\x1f\x7f]"
 _PROSE_FIRST = r"[^ \t\r\n{\[<`\x00-\x1f\x7f]"
 PROSE_REGEX = rf"({_PROSE_FIRST}{_PROSE_CHAR}*)?[A-Za-z][A-Za-z]{_PROSE_CHAR}*"
@@ -55,7 +59,13 @@ def _answer_grammar(tools_json: str) -> str:
         return str(prose)
     listed = {"type": "array", "items": {"anyOf": calls}, "minItems": 1}
     call_or_list = xgr.Grammar.from_json_schema({"anyOf": [*calls, listed]}, any_whitespace=False)
-    return str(xgr.Grammar.union(call_or_list, prose))
+    wrapped = [xgr.Grammar.concat(_literal(xgr, opening), call_or_list, _literal(xgr, closing))
+               for opening, closing in CALL_WRAPPERS]
+    return str(xgr.Grammar.union(call_or_list, *wrapped, prose))
+
+
+def _literal(xgr: Any, text: str) -> Any:
+    return xgr.Grammar.from_ebnf(f"root ::= {json.dumps(text)}")
 
 
 def _call_schema(xgr: Any, tool: dict[str, Any]) -> dict[str, Any]:
