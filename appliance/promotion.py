@@ -22,7 +22,7 @@ from typing import Any
 from appliance.errors import ApplianceError
 from appliance.evaluate.compare import SuccessDelta, paired_bootstrap
 from appliance.events import EventSink, Log, null_sink
-from appliance.generate.strict import STRICT_BY_DEFAULT, STRICT_HELP
+from appliance.generate.strict import STRICT_BY_DEFAULT, STRICT_HELP, decoding
 
 
 @dataclass(frozen=True)
@@ -128,8 +128,8 @@ def _measure(model: str, adapter: str | None, pack: str, split: str, s: GateSett
         if bool(stored.get("strict")) == s.strict:
             sink(Log(message=f"gate: reusing stored eval {reuse_eval} for {adapter or 'the base model'}"))
             return _Measured(stored, per_task_success(workspace, reuse_eval))
-        sink(Log(message=f"gate: stored eval {reuse_eval} was decoded {_decoding(not s.strict)}; "
-                         f"evaluating {adapter or 'the base model'} again, {_decoding(s.strict)}"))
+        sink(Log(message=f"gate: stored eval {reuse_eval} was decoded {decoding(not s.strict)}; "
+                         f"evaluating {adapter or 'the base model'} again, {decoding(s.strict)}"))
     from appliance.evaluate import EvalSettings, run_eval
     from appliance.evaluate.metrics import success_rate_by_task
 
@@ -138,10 +138,6 @@ def _measure(model: str, adapter: str | None, pack: str, split: str, s: GateSett
     sink(Log(message=f"gate eval: {adapter or 'base model'} on {pack}/{split}"))
     report = run_eval(settings, workspace=workspace, sink=sink)
     return _Measured(report.metrics, success_rate_by_task(report.samples))
-
-
-def _decoding(strict: bool) -> str:
-    return "held to the tools' schemas" if strict else "freely"
 
 
 def collect_evidence(candidate: str, baseline: str | None, *, model: str, pack: str, tasks_root: str,

@@ -422,6 +422,16 @@ def _schemas(tools: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
     return schemas
 
 
+# The words a schema failure's reason holds: ours (`_schema_problem`, `_compile`) and jsonschema's messages.
+SCHEMA_FAILURE_WORDS = ("unknown tool", "unknown argument", "missing required", "Additional properties",
+                        "is not one of", "is not of type")
+
+
+def is_schema_failure(reason: str | None) -> bool:
+    """Whether a verdict's reason says a call broke its tool's schema (an unknown tool or a bad argument)."""
+    return any(words in (reason or "") for words in SCHEMA_FAILURE_WORDS)
+
+
 def closed_arguments(schema: Mapping[str, Any]) -> bool:
     """Whether a call fails for an argument these parameters do not declare, as the verifier reads them:
     they list properties and leave `additionalProperties` out (our reading: the listed ones are the tool's

@@ -21,6 +21,7 @@ from appliance.evaluate.scoring import make_scorer
 from appliance.generate.hf import HFGenerator
 from appliance.packs.pack import load_pack
 from appliance.prompting import render_prompt
+from appliance.verify import is_schema_failure
 
 BATCH = 32
 MAX_NEW_TOKENS = 96
@@ -44,8 +45,7 @@ def main() -> None:
 
     def decode(strict: bool) -> tuple[float, list[str]]:
         started = time.perf_counter()
-        held = {"strict_tools": tools} if strict else {}
-        samples = generator.generate(prompts, max_new_tokens=MAX_NEW_TOKENS, **held)
+        samples = generator.generate(prompts, max_new_tokens=MAX_NEW_TOKENS, strict_tools=tools if strict else None)
         return time.perf_counter() - started, [s[0].text for s in samples]
 
     decode(True)  # warm-up: compiles the tool lists' grammars once, as an eval's first batch does
@@ -65,17 +65,11 @@ def main() -> None:
     print(f"answers_changed: {sum(a != b for a, b in zip(answers[False], answers[True]))}")
     for strict, name in ((False, "free"), (True, "strict")):
         buckets = [v.bucket for v in verdicts[strict]]
-        schema_errors = sum(v.bucket in ("wrong_tool", "wrong_arguments") and _schema(v.reason)
+        schema_errors = sum(v.bucket in ("wrong_tool", "wrong_arguments") and is_schema_failure(v.reason)
                             for v in verdicts[strict])
         print(f"{name}_format_errors: {buckets.count('format_error')}")
         print(f"{name}_schema_errors: {schema_errors}")
         print(f"{name}_successes: {buckets.count('success')}")
-
-
-def _schema(reason: str) -> bool:
-    """The verifier's words for a call its tool schemas forbid (appliance.verify)."""
-    return any(words in reason for words in ("unknown tool", "unknown argument", "Additional properties",
-                                             "is not one of", "missing required", "is not of type"))
 
 
 if __name__ == "__main__":

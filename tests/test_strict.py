@@ -16,6 +16,7 @@ from appliance.parsing import parse_tool_calls
 from appliance.prompting import reference_answer, render_prompt
 from appliance.store import Workspace
 from appliance.tiny import build_tiny_tokenizer
+from appliance.verify import is_schema_failure
 from eval_support import ScriptedGenerator, expected_answer_for
 
 TASKS_ROOT = Path(__file__).resolve().parents[1] / "tasks"
@@ -195,14 +196,13 @@ def test_a_strict_eval_has_no_schema_breaking_answers_and_says_so(opens_calls, t
     ws = Workspace.open(tmp_path / "ws")
     settings = dict(model=str(tiny_model_dir), pack="workplace-single", split="dev", limit=8, k=2,
                     temperature=1.0, max_new_tokens=96, backend="hf", tasks_root=str(TASKS_ROOT))
-    schema_words = ("unknown tool", "unknown argument", "Additional properties", "is not one of", "missing required")
     found, format_errors, calls = {}, {}, {}
     for strict in (False, True):
         report = run_eval(EvalSettings(**settings, strict=strict), workspace=ws,
                           generator=HFGenerator(model, tokenizer, batch_size=16))
         _, rows = ws.query("SELECT v_reason, v_bucket FROM eval_samples WHERE eval_id = ?", [report.eval_id])
         assert len(rows) == 16
-        found[strict] = [reason for reason, _ in rows if any(words in (reason or "") for words in schema_words)]
+        found[strict] = [reason for reason, _ in rows if is_schema_failure(reason)]
         format_errors[strict] = sum(bucket == "format_error" for _, bucket in rows)
         calls[strict] = sum(bucket in ("wrong_tool", "wrong_arguments", "success", "unsafe_action",
                                        "called_when_none_expected") for _, bucket in rows)

@@ -94,10 +94,10 @@ class _Session:
     def _generate(self, prompts: list[str], n: int, tasks: Sequence[Task],
                   seed: int | None | str = "settings") -> list[list[Any]]:
         s = self.settings
-        strict = {"strict_tools": [self.pack.tools_for(task) for task in tasks]} if s.strict else {}
         return self.generator.generate(prompts, n=n, temperature=s.effective_temperature, top_p=s.top_p,
                                        max_new_tokens=s.max_new_tokens, stop=None,
-                                       seed=s.seed if seed == "settings" else seed, **strict)
+                                       seed=s.seed if seed == "settings" else seed,
+                                       strict_tools=[self.pack.tools_for(task) for task in tasks] if s.strict else None)
 
     def keep(self, scored: list[ScoredSample], prompts: dict[str, str]) -> None:
         self.samples.extend(scored)

@@ -32,8 +32,10 @@ def compare_stored(ws: Any, a: str, b: str) -> dict[str, Any]:
 
 def mixed_decoding(ma: dict[str, Any], mb: dict[str, Any]) -> str:
     """A warning when one eval held its answers to the tool schemas and the other did not, else ''."""
+    from appliance.generate.strict import decoding
+
     strict_a, strict_b = bool(ma.get("strict")), bool(mb.get("strict"))
     if strict_a == strict_b:
         return ""
-    return (f"a was decoded {'strictly' if strict_a else 'freely'} and b {'strictly' if strict_b else 'freely'}: "
+    return (f"a was decoded {decoding(strict_a)} and b {decoding(strict_b)}: "
             "the difference is the decoder's as much as the model's")

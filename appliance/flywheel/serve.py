@@ -176,11 +176,11 @@ class ChatService:
         system = self.pack.system_prompt if self.config.pack_system_prompt else ""
         prompt = render_prompt(self.tokenizer, system, for_prompt(messages), offered)
         held = self.config.strict or any((t.get("function") or {}).get("strict") is True for t in offered)
-        strict = {"strict_tools": [offered]} if held and offered else {}
         with self._generate_lock:
             [samples] = self.generator.generate([prompt], n=params["n"], temperature=params["temperature"],
                                                 top_p=params["top_p"], max_new_tokens=params["max_tokens"],
-                                                stop=params["stop"], seed=params["seed"], **strict)
+                                                stop=params["stop"], seed=params["seed"],
+                                                strict_tools=[offered] if held and offered else None)
         answers = [assistant_answer(s.text, tools_offered=bool(offered), finish_reason=s.finish_reason)
                    for s in samples]
         completion_id = f"chatcmpl-{uuid.uuid4().hex[:24]}"

@@ -268,7 +268,7 @@ class HFGenerator(Generator):
         from appliance.generate.hf_grammar import GrammarCompilerCache, GrammarLogitsProcessor
 
         cache = GrammarCompilerCache.for_tokenizer(self.tokenizer, self._text_config().vocab_size, self.eos_ids)
-        grammars = [cache.compiled(tools) for tools in strict_tools for _ in range(rows_per_prompt)]
+        grammars = [grammar for grammar in map(cache.compiled, strict_tools) for _ in range(rows_per_prompt)]
         return GrammarLogitsProcessor(grammars, cache.vocab_size)
 
     def _with_static_cache(self, inputs: dict[str, Any], max_new_tokens: int) -> dict[str, Any]:

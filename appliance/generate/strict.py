@@ -43,6 +43,11 @@ _PROSE_FIRST = r"[^ \t\r\n{\[<`\x00-\x1f\x7f]"
 PROSE_REGEX = rf"({_PROSE_FIRST}{_PROSE_CHAR}*)?[A-Za-z][A-Za-z]{_PROSE_CHAR}*"
 
 
+def decoding(strict: bool) -> str:
+    """How an eval's answers were decoded, in one word, for messages that compare two evals."""
+    return "strictly" if strict else "freely"
+
+
 def answer_grammar(tools: Sequence[dict[str, Any]]) -> str:
     """The EBNF (xgrammar's dialect, root rule `root`) of every strict answer for these tools."""
     # The cache key keeps key order: a schema's property order is the order its arguments are written in.

@@ -88,11 +88,11 @@ class SharedPrefixRollout:
         with sampling_mode(trainer.model):
             for size in dict.fromkeys(n for _, n in groups):  # usually one size: num_generations
                 indices = [i for i, (_, n) in enumerate(groups) if n == size]
-                strict = ({"strict_tools": [self.tools_by_prompt[groups[i][0]] for i in indices]}
-                          if self.tools_by_prompt is not None else {})
-                samples = generator.generate([groups[i][0] for i in indices], n=size,
-                                             temperature=self.config.temperature, top_p=1.0,
-                                             max_new_tokens=self.config.max_completion_tokens, **strict)
+                prompts = [groups[i][0] for i in indices]
+                held_to = self.tools_by_prompt
+                samples = generator.generate(prompts, n=size, temperature=self.config.temperature, top_p=1.0,
+                                             max_new_tokens=self.config.max_completion_tokens,
+                                             strict_tools=None if held_to is None else [held_to[p] for p in prompts])
                 for index, group_samples in zip(indices, samples):
                     per_group[index] = group_samples
         completions = [[list(sample.token_ids) for sample in group] for group in per_group]
