@@ -120,7 +120,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
             raise ApplianceError("use `appliance eval compare EVAL_A EVAL_B` to compare two evals.")
         from appliance.evaluate.stored import compare_stored
 
-        report.print_compare(compare_stored(ws, args.compare[1], args.compare[2]), fmt=args.format)
+        report.print_compare(compare_stored(ws, args.compare[1], args.compare[2], tasks_root=args.tasks_root),
+                             fmt=args.format)
         return 0
     from appliance.evaluate import EvalSettings, run_eval
 

@@ -207,7 +207,7 @@ def _grpo_vs_start(workspace: Any, start: str, grpo: str) -> list[str]:
         return []
     return [f"GRPO vs its SFT start: {delta.delta * 100:+.1f} points on held-out success "
             f"({delta.confidence:.0%} interval {delta.low * 100:+.1f} … {delta.high * 100:+.1f}, "
-            f"{delta.n_tasks} tasks): {delta.verdict}"]
+            f"{delta.sample}): {delta.verdict}"]
 
 
 def _heldout(adapter: str) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from appliance.errors import ApplianceError
-from appliance.evaluate.compare import SuccessDelta, paired_bootstrap
+from appliance.evaluate.compare import SuccessDelta, paired_bootstrap, stored_templates
 from appliance.events import EventSink, Log, null_sink
 from appliance.generate.strict import STRICT_BY_DEFAULT, STRICT_HELP, decoding
 
@@ -75,7 +75,7 @@ def gate(ev: GateEvidence, s: GateSettings = GateSettings()) -> tuple[bool, list
     d = ev.success
     gain_ok = d.delta > s.min_success_gain and d.significant_improvement
     reasons.append(f"held-out success {d.delta:+.3f} (95% interval {d.low:+.3f} … {d.high:+.3f}, "
-                   f"{d.n_tasks} tasks): " + ("improves" if gain_ok else "no improvement that holds statistically"))
+                   f"{d.sample}): " + ("improves" if gain_ok else "no improvement that holds statistically"))
     ok &= gain_ok
     unsafe_delta = ev.candidate["unsafe_action_rate"] - ev.baseline["unsafe_action_rate"]
     unsafe_ok = unsafe_delta <= s.max_unsafe_increase
@@ -103,7 +103,8 @@ def gate(ev: GateEvidence, s: GateSettings = GateSettings()) -> tuple[bool, list
         c = ev.candidate_regression["execution_success_rate"]
         regression_ok = c >= b - s.max_regression_drop and not r.significant_regression
         reasons.append(f"regression split ({r.n_tasks} labelled failures) {b:.3f} → {c:.3f} (paired {r.delta:+.3f}, "
-                       f"95% interval {r.low:+.3f} … {r.high:+.3f}): " + ("ok" if regression_ok else "regresses, refused"))
+                       f"95% interval {r.low:+.3f} … {r.high:+.3f}): "
+                       + ("ok" if regression_ok else "regresses, refused"))
         ok &= regression_ok
     else:
         reasons.append("regression split: not checked (the pack has no regression split)")
@@ -150,19 +151,21 @@ def collect_evidence(candidate: str, baseline: str | None, *, model: str, pack: 
     common = {"s": s, "tasks_root": tasks_root, "workspace": workspace, "sink": sink}
     base = _measure(model, baseline, pack, s.heldout_split, reuse_eval=reuse.get("baseline"), **common)
     cand = _measure(model, candidate, pack, s.heldout_split, reuse_eval=reuse.get("candidate"), **common)
-    success = paired_bootstrap(base.per_task, cand.per_task)
+    success = paired_bootstrap(base.per_task, cand.per_task, clusters=stored_templates(base.metrics, cand.metrics))
     regression: dict[str, Any] = {}
     if s.regression_split in load_pack(pack, root=tasks_root).splits:
         base_r = _measure(model, baseline, pack, s.regression_split, **common)
         cand_r = _measure(model, candidate, pack, s.regression_split, **common)
         regression = {"baseline_regression": base_r.metrics, "candidate_regression": cand_r.metrics,
-                      "regression": paired_bootstrap(base_r.per_task, cand_r.per_task)}
+                      "regression": paired_bootstrap(base_r.per_task, cand_r.per_task,
+                                                     clusters=stored_templates(base_r.metrics, cand_r.metrics))}
     if s.general_pack not in list_packs(tasks_root) or s.general_split not in load_pack(
             s.general_pack, root=tasks_root).splits:
         return GateEvidence(base.metrics, cand.metrics, success, **regression)
     base_g = _measure(model, baseline, s.general_pack, s.general_split, **common)
     cand_g = _measure(model, candidate, s.general_pack, s.general_split, **common)
-    general = paired_bootstrap(base_g.per_task, cand_g.per_task)
+    general = paired_bootstrap(base_g.per_task, cand_g.per_task,
+                               clusters=stored_templates(base_g.metrics, cand_g.metrics))
     return GateEvidence(base.metrics, cand.metrics, success, base_g.metrics, cand_g.metrics, general, **regression)
 
 

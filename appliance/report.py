@@ -232,12 +232,12 @@ def print_compare(cmp: dict[str, Any], *, fmt: str = "table") -> None:
     """Metric deltas, then the paired-bootstrap success difference as the last row (with its interval)."""
     d = cmp["success"]
     rows = [(name, a, b, delta, None, None) for name, a, b, delta in cmp["deltas"]]
-    rows.append((f"success, paired over {d.n_tasks} shared tasks", None, None, d.delta, d.low, d.high))
+    rows.append((f"success, paired over {d.sample}", None, None, d.delta, d.low, d.high))
     print_records(("metric", "a", "b", "delta", "low", "high"), rows, fmt=fmt,
                   title=f"a = {cmp['a']}, b = {cmp['b']}")
     if fmt == "table":
-        out().print(f"success difference over {d.n_tasks} shared tasks: {d.delta:+.3f} "
-                    f"({d.confidence:.0%} paired-bootstrap interval {d.low:+.3f} … {d.high:+.3f}) — {d.verdict}")
+        out().print(f"success difference over {d.sample}: {d.delta:+.3f} ({d.confidence:.0%} paired-bootstrap "
+                    f"interval, resampling {d.unit}s: {d.low:+.3f} … {d.high:+.3f}) — {d.verdict}")
         if cmp.get("decoding"):
             out().print(f"note: {cmp['decoding']}")
 

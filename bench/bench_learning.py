@@ -5,7 +5,9 @@ SFT trains on the pack's `train` split; GRPO, from the SFT adapter, on `train_rl
 evaluated greedily on each split of `--eval-splits`: `dev` is where settings are
 chosen, `val` is reported once per chosen setting. pass@k of the SFT start
 (sampled, T 0.7) says how much GRPO can convert: it can only reinforce what the
-model sometimes does. Paired bootstrap over tasks says whether a gain holds.
+model sometimes does. A paired bootstrap says whether a gain holds; it resamples
+templates (tasks of one template pass or fail together), and `_ci95_by_task`
+gives the narrower interval that treats each task as independent.
 Every stage goes through the engine functions the CLI uses (run_eval, run_sft,
 run_grpo), into a throwaway workspace.
 
@@ -100,6 +102,7 @@ def _evaluate(args: argparse.Namespace, ws: object, adapter: str | None, split: 
 def _print_results(args: argparse.Namespace, splits: list[str], reports: dict, seconds: dict[str, float],
                    grpo_split: str) -> None:
     from appliance.evaluate import paired_bootstrap
+    from appliance.evaluate.compare import stored_templates
     from appliance.evaluate.metrics import success_rate_by_task
 
     print(f"grpo_train_split: {grpo_split}")
@@ -115,10 +118,13 @@ def _print_results(args: argparse.Namespace, splits: list[str], reports: dict, s
             print(f"{split}_sft_pass@{args.pass_k}: {m[f'pass@{args.pass_k}']:.4f}")
             print(f"{split}_sft_pass@1_sampled: {m['pass@1']:.4f}")
         for after, before in COMPARISONS:
-            d = paired_bootstrap(success_rate_by_task(reports[(split, before)].samples),
-                                 success_rate_by_task(reports[(split, after)].samples))
+            first, second = reports[(split, before)], reports[(split, after)]
+            a, b = success_rate_by_task(first.samples), success_rate_by_task(second.samples)
+            d = paired_bootstrap(a, b, clusters=stored_templates(first.metrics, second.metrics))
             print(f"{split}_{after}_vs_{before}_delta: {d.delta:.4f}")
-            print(f"{split}_{after}_vs_{before}_ci95: {d.low:.4f}..{d.high:.4f}")
+            print(f"{split}_{after}_vs_{before}_ci95: {d.low:.4f}..{d.high:.4f}")  # resampling templates
+            by_task = paired_bootstrap(a, b)
+            print(f"{split}_{after}_vs_{before}_ci95_by_task: {by_task.low:.4f}..{by_task.high:.4f}")
     for name, value in seconds.items():
         print(f"{name}: {value:.1f}")
     for split in splits:

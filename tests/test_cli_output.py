@@ -59,6 +59,10 @@ def registry(tmp_path) -> Path:
 
 @pytest.fixture
 def workspace_with_two_evals(tmp_path) -> tuple[Path, str, str]:
+    return two_scored_evals(tmp_path)
+
+
+def two_scored_evals(tmp_path: Path) -> tuple[Path, str, str]:
     """Two evals scored from files (no model): all right, then half right."""
     from appliance.packs import load_pack
     from appliance.prompting import render_completion
@@ -145,10 +149,27 @@ def test_eval_compare_has_the_paired_difference_in_every_format(workspace_with_t
     assert main(["eval", "compare", a, b, "--workspace", str(ws), "--format", "json"]) == 0
     rows = {row["metric"]: row for row in json.loads(capsys.readouterr().out)}
     assert rows["execution_success_rate"]["delta"] == pytest.approx(-0.5)
-    paired = rows["success, paired over 4 shared tasks"]
+    [paired] = [row for metric, row in rows.items() if metric.startswith("success, paired over 4 tasks in ")]
     assert paired["delta"] == pytest.approx(-0.5) and paired["low"] <= paired["delta"] <= paired["high"]
     assert main(["eval", "compare", a, b, "--workspace", str(ws)]) == 0
     assert "paired-bootstrap interval" in capsys.readouterr().out
+
+
+def test_evals_stored_before_they_kept_templates_are_compared_by_the_packs_templates(tmp_path, monkeypatch):
+    """An older eval has no `task_templates`: the pack it names supplies them, or tasks are resampled alone."""
+    from appliance.evaluate import metrics
+    from appliance.evaluate.stored import compare_stored
+
+    from appliance.packs import load_pack
+
+    monkeypatch.setattr(metrics, "templates_of", lambda tasks: {})  # summarize as it was before
+    ws_path, a, b = two_scored_evals(tmp_path)
+    ws = Workspace.open(ws_path)
+    assert compare_stored(ws, a, b)["success"].unit == "task"
+    templates = {t.tags["template"] for t in load_pack("workplace-single", root=str(REPO / "tasks")).tasks("val")[:4]}
+    success = compare_stored(ws, a, b, tasks_root=str(REPO / "tasks"))["success"]
+    assert (success.unit, success.n_units) == ("template", len(templates))
+    assert compare_stored(ws, a, b, tasks_root=str(tmp_path / "nowhere"))["success"].unit == "task"
 
 
 # ---------------------------------------------------------------- the pipeline report

@@ -86,6 +86,41 @@ def test_paired_bootstrap_separates_real_gain_from_noise():
     assert worse.significant_regression
 
 
+def test_a_gain_held_by_two_templates_of_eight_is_noise_when_templates_are_resampled():
+    """Tasks of one template pass or fail together: 20 flipped tasks are two draws, not twenty."""
+    tasks = [f"t{i}" for i in range(80)]
+    templates = {t: f"template-{i // 10}" for i, t in enumerate(tasks)}
+    a = {t: 0.0 for t in tasks}
+    b = {t: 1.0 if templates[t] in ("template-0", "template-1") else 0.0 for t in tasks}
+    by_task = paired_bootstrap(a, b)
+    by_template = paired_bootstrap(a, b, clusters=templates)
+    assert by_task.delta == by_template.delta == pytest.approx(0.25)
+    assert by_task.significant_improvement and not by_template.significant_improvement
+    assert (by_task.unit, by_task.n_units, by_task.sample) == ("task", 80, "80 tasks")
+    assert (by_template.unit, by_template.n_units, by_template.sample) == ("template", 8, "80 tasks in 8 templates")
+    assert by_template.high - by_template.low > 2 * (by_task.high - by_task.low)
+
+
+def test_one_template_per_task_resamples_exactly_as_tasks_do_and_untagged_tasks_stand_alone():
+    a = {f"t{i}": float(i % 3 == 0) for i in range(30)}
+    b = {f"t{i}": float(i % 2 == 0) for i in range(30)}
+    plain = paired_bootstrap(a, b)
+    own = paired_bootstrap(a, b, clusters={t: f"tpl-{t}" for t in a})
+    assert (own.delta, own.low, own.high) == (plain.delta, plain.low, plain.high)
+    partly = paired_bootstrap(a, b, clusters={"t0": "x", "t1": "x"})  # 28 untagged tasks + one template of two
+    assert partly.n_units == 29 and partly.unit == "template"
+
+
+def test_an_eval_stores_the_template_of_each_tagged_task():
+    hello = ({"role": "user", "content": "hi"},)
+    tagged = [Task(id=f"t{i}", messages=hello, expected=(), tags={"template": f"tpl{i % 2}"}) for i in range(3)]
+    untagged = Task(id="u", messages=hello, expected=())
+    samples = [sample(t.id, 0, "success") for t in [*tagged, untagged]]
+    metrics = summarize(samples, [*tagged, untagged], k=1, wall_s=1.0)
+    assert metrics["task_templates"] == {"t0": "tpl0", "t1": "tpl1", "t2": "tpl0"}
+    assert "task_templates" not in summarize(samples[-1:], [untagged], k=1, wall_s=1.0)
+
+
 def test_metric_deltas_only_compares_shared_numbers():
     rows = metric_deltas({"pass@1": 0.2, "mean_reward": 0.1}, {"pass@1": 0.5})
     assert rows == [("pass@1", 0.2, 0.5, pytest.approx(0.3))]

@@ -10,6 +10,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
+from appliance.evaluate.compare import templates_of
 from appliance.task import BUCKETS, Task, Verdict
 
 
@@ -116,4 +117,7 @@ def summarize(samples: Sequence[ScoredSample], tasks: Sequence[Task], k: int,
     if any(s.turns > 1 or s.horizon for s in samples):
         metrics["mean_turns"] = sum(s.turns for s in samples) / len(samples)
         metrics["long_horizon"] = dict(horizons)
+    templates = templates_of(tasks)
+    if templates:  # the units a paired bootstrap resamples (compare.py); tasks of one template pass together
+        metrics["task_templates"] = templates
     return metrics

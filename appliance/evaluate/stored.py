@@ -5,7 +5,7 @@ import json
 from typing import Any
 
 from appliance.errors import ApplianceError
-from appliance.evaluate.compare import metric_deltas, paired_bootstrap
+from appliance.evaluate.compare import metric_deltas, paired_bootstrap, stored_templates, templates_of
 
 
 def eval_metrics(ws: Any, eval_id: str) -> dict[str, Any]:
@@ -23,11 +23,31 @@ def per_task_success(ws: Any, eval_id: str) -> dict[str, float]:
     return {task: float(rate) for task, rate in rows}
 
 
-def compare_stored(ws: Any, a: str, b: str) -> dict[str, Any]:
+def compare_stored(ws: Any, a: str, b: str, tasks_root: str | None = None) -> dict[str, Any]:
+    """Metric deltas and the paired success difference of two stored evals.
+
+    The bootstrap resamples templates as the evals stored them; for evals stored before evals kept their
+    templates, `tasks_root` lets them be read from the pack named in the eval (when it is still there).
+    """
     ma, mb = eval_metrics(ws, a), eval_metrics(ws, b)
+    templates = stored_templates(ma, mb) or (_pack_templates(ws, a, tasks_root) if tasks_root else {})
     return {"a": a, "b": b, "deltas": metric_deltas(ma, mb),
-            "success": paired_bootstrap(per_task_success(ws, a), per_task_success(ws, b)),
+            "success": paired_bootstrap(per_task_success(ws, a), per_task_success(ws, b), clusters=templates),
             "decoding": mixed_decoding(ma, mb)}
+
+
+def _pack_templates(ws: Any, eval_id: str, tasks_root: str) -> dict[str, str]:
+    """Task → template for the pack and split an eval ran on, or {} when that pack cannot be read."""
+    from appliance.packs import load_pack
+
+    _, rows = ws.query("SELECT pack, split FROM evals WHERE id = ?", [eval_id])
+    if not rows or not rows[0][0]:
+        return {}
+    pack, split = rows[0]
+    try:
+        return templates_of(load_pack(pack, root=tasks_root).tasks(split))
+    except (ApplianceError, OSError, KeyError):
+        return {}
 
 
 def mixed_decoding(ma: dict[str, Any], mb: dict[str, Any]) -> str:

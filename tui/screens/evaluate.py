@@ -85,11 +85,11 @@ def default_split(splits: list[str]) -> str:
 
 
 def success_line(success: Any) -> str:
-    """One line for a paired-bootstrap SuccessDelta (B minus A, per task)."""
+    """One line for a paired-bootstrap SuccessDelta (B minus A, paired by task)."""
     verdict = ("[green]B is better[/]" if success.significant_improvement else
                "[red]B is worse[/]" if success.significant_regression else "no significant difference")
     return (f"per-task success B−A {success.delta:+.3f} (95% interval {success.low:+.3f} … {success.high:+.3f}, "
-            f"{success.n_tasks} tasks): {verdict}")
+            f"{success.sample}): {verdict}")
 
 
 def eval_args(app: Any, split: str, k: str, limit: str, adapter: str,
@@ -339,10 +339,10 @@ class EvaluateScreen(Screen):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="eval-compare")
     def compare_success(self, a: str, b: str) -> None:
-        # The engine's own comparison (paired bootstrap over tasks), the same as `appliance eval compare`.
+        # The engine's own comparison (paired bootstrap over templates), the same as `appliance eval compare`.
         from appliance.evaluate.stored import compare_stored
 
-        success = compare_stored(self.app.data, a, b)["success"]
+        success = compare_stored(self.app.data, a, b, tasks_root=self.app.tasks_root)["success"]
         self.post_message(self.Compared(a, b, success_line(success)))
 
     @on(Compared)
