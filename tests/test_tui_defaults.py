@@ -54,6 +54,9 @@ def test_only_knobs_that_differ_from_the_default_are_passed():
     assert "--lr" not in args and config.effective_learning_rate == 5e-5
     assert (config.steps, config.preset, config.init_adapter) == (40, "dapo", "checkpoints/sft-1/step-20")
     assert config.num_generations == DEFAULTS.num_generations
+    assert "--strict" not in args and "--no-strict" not in args and config.strict == DEFAULTS.strict
+    held = cli_config(train_args(APP, "grpo", "dapo", knobs, strict=not DEFAULTS.strict))
+    assert held.strict is not DEFAULTS.strict  # the form's strict box reaches the run's config
     # A resumed run keeps its saved config, starting adapter included.
     assert "--init-adapter" not in train_args(APP, "grpo", "grpo", {}, resume="grpo-1", init_adapter="x")
 

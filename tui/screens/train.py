@@ -25,7 +25,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Button, Footer, Input, Label, Select, Static
+from textual.widgets import Button, Checkbox, Footer, Input, Label, Select, Static
 
 from appliance.events import (Alarm, CheckpointSaved, RolloutScored, RunFailed, RunFinished, RunStarted,
                               StepMetrics)
@@ -85,7 +85,7 @@ def is_default(value: str, default: str) -> bool:
 
 
 def train_args(app: Any, kind: str, preset: str, knobs: dict[str, str], resume: str = "",
-               init_adapter: str = "") -> list[str]:
+               init_adapter: str = "", strict: bool = TrainConfig().strict) -> list[str]:
     """The `appliance train` command line. Knobs empty or at their default are left out, so the engine's
     defaults apply; a resumed run keeps its own saved config, so it gets no starting adapter."""
     defaults = knob_defaults(kind)
@@ -96,6 +96,9 @@ def train_args(app: Any, kind: str, preset: str, knobs: dict[str, str], resume: 
         value = knobs.get(knob.id, "").strip()
         if value and (kind == "grpo" or not knob.grpo_only) and not is_default(value, defaults[knob.id]):
             args += [train_flag(knob.field), value]
+    if strict != TrainConfig().strict:
+        flag = train_flag("strict")
+        args += [flag if strict else flag.replace("--", "--no-", 1)]
     if resume:
         args += ["--resume", resume]
     elif init_adapter:
@@ -161,6 +164,7 @@ class TrainScreen(Screen):
                                        Input("", id="init-adapter", compact=True, placeholder="base model"))
                 yield from self._field("resume", "resume_from",
                                        Input("", id="resume", compact=True, placeholder="run id"))
+                yield Checkbox("strict", TrainConfig().strict, id="strict", compact=True, tooltip=HELP["strict"])
                 yield Button("Start (r)", id="start", compact=True, variant="primary")
             with Vertical(id="train-main"):
                 with Horizontal(id="train-run-row", classes="form-row"):
@@ -276,8 +280,9 @@ class TrainScreen(Screen):
         knobs = {knob.id: self.query_one(f"#{knob.id}", Input).value for knob in KNOBS}
         resume = resume if resume is not None else self.query_one("#resume", Input).value.strip()
         init_adapter = self.query_one("#init-adapter", Input).value.strip()
-        if self.app.start_job(f"train {kind}", train_args(self.app, kind, preset, knobs, resume, init_adapter),
-                              self):
+        strict = self.query_one("#strict", Checkbox).value
+        if self.app.start_job(f"train {kind}",
+                              train_args(self.app, kind, preset, knobs, resume, init_adapter, strict), self):
             self.live, self.live_rollouts = [], deque(maxlen=MAX_ROWS)
             self.query_one("#train-run", Select).clear()  # back to the live run (the Changed handler redraws)
             self.query_one(TrainCharts).reset()
