@@ -114,3 +114,25 @@ def test_kill_ends_a_command_like_ctrl_c(tmp_path):
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130 and "interrupted: finished work was kept." in err
+
+
+def test_a_stopped_run_says_so_in_a_sentence_not_an_empty_failure(capsys):
+    """Ctrl-C or kill during training: the store gets status `stopped` and a sentence, and so does the terminal."""
+    from types import SimpleNamespace
+
+    from appliance.events import RunFailed
+    from appliance.report import HumanSink
+    from appliance.train.common import fail_run
+
+    updates, events = [], []
+    run = SimpleNamespace(run_id="grpo-1", writer=SimpleNamespace(update_run=lambda **kw: updates.append(kw)),
+                          emit=events.append)
+    err = KeyboardInterrupt()
+    assert fail_run(run, err) is err
+    assert updates[0]["status"] == "stopped" and "interrupt" in updates[0]["error"]
+    [event] = events
+    assert isinstance(event, RunFailed) and event.error == updates[0]["error"]
+    HumanSink()(event)
+    assert "interrupt (Ctrl-C or kill)" in capsys.readouterr().err
+    fail_run(run, RuntimeError("disk full"))
+    assert updates[1] == {**updates[1], "status": "failed", "error": "disk full"}

@@ -327,9 +327,10 @@ def training_split_or_fail(run: RunContext) -> str:
 
 def fail_run(run: RunContext, err: BaseException) -> BaseException:
     """Record a run as failed (or stopped, for Ctrl-C) in the store and as an event; returns `err` to raise."""
-    message = str(err)
-    run.writer.update_run(status="failed" if not isinstance(err, KeyboardInterrupt) else "stopped",
-                          error=message[:500], finished_at=time.time())
+    stopped = isinstance(err, KeyboardInterrupt)
+    # An interrupt carries no text; say what happened rather than print an empty `failed:` line.
+    message = "stopped by an interrupt (Ctrl-C or kill) before the run finished" if stopped else str(err)
+    run.writer.update_run(status="stopped" if stopped else "failed", error=message[:500], finished_at=time.time())
     run.emit(RunFailed(run_id=run.run_id, error=message))
     return err
 
