@@ -5,10 +5,10 @@ held-out split has only ~100 tasks. Tasks written from one template share its
 wording, so a model passes or fails them together: on workplace-single's val,
 24 of 29 templates were all-or-nothing for session 19's SFT adapter, 14 of 23
 on dev (docs/learning.md, session 22). Such tasks are not independent draws,
-and resampling them one by one understates the noise (its intervals were 0.6 to
-0.7 times as wide on those splits). Where tasks
-carry a `template` tag the bootstrap resamples whole templates (a cluster
-bootstrap); a task without one is its own unit.
+and resampling them one by one understates the noise (those intervals were 0.6
+to 0.7 times as wide on these splits). Where tasks carry a `template` tag the
+bootstrap resamples whole templates (a cluster bootstrap); a task without one
+is its own unit.
 """
 from __future__ import annotations
 
