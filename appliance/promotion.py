@@ -151,22 +151,25 @@ def collect_evidence(candidate: str, baseline: str | None, *, model: str, pack: 
     common = {"s": s, "tasks_root": tasks_root, "workspace": workspace, "sink": sink}
     base = _measure(model, baseline, pack, s.heldout_split, reuse_eval=reuse.get("baseline"), **common)
     cand = _measure(model, candidate, pack, s.heldout_split, reuse_eval=reuse.get("candidate"), **common)
-    success = paired_bootstrap(base.per_task, cand.per_task, clusters=stored_templates(base.metrics, cand.metrics))
+    success = _paired(base, cand)
     regression: dict[str, Any] = {}
     if s.regression_split in load_pack(pack, root=tasks_root).splits:
         base_r = _measure(model, baseline, pack, s.regression_split, **common)
         cand_r = _measure(model, candidate, pack, s.regression_split, **common)
         regression = {"baseline_regression": base_r.metrics, "candidate_regression": cand_r.metrics,
-                      "regression": paired_bootstrap(base_r.per_task, cand_r.per_task,
-                                                     clusters=stored_templates(base_r.metrics, cand_r.metrics))}
+                      "regression": _paired(base_r, cand_r)}
     if s.general_pack not in list_packs(tasks_root) or s.general_split not in load_pack(
             s.general_pack, root=tasks_root).splits:
         return GateEvidence(base.metrics, cand.metrics, success, **regression)
     base_g = _measure(model, baseline, s.general_pack, s.general_split, **common)
     cand_g = _measure(model, candidate, s.general_pack, s.general_split, **common)
-    general = paired_bootstrap(base_g.per_task, cand_g.per_task,
-                               clusters=stored_templates(base_g.metrics, cand_g.metrics))
+    general = _paired(base_g, cand_g)
     return GateEvidence(base.metrics, cand.metrics, success, base_g.metrics, cand_g.metrics, general, **regression)
+
+
+def _paired(base: _Measured, cand: _Measured) -> SuccessDelta:
+    """The candidate's per-task success against the baseline's, resampling the templates the evals stored."""
+    return paired_bootstrap(base.per_task, cand.per_task, clusters=stored_templates(base.metrics, cand.metrics))
 
 
 def promote(checkpoint: str, *, root: str = "checkpoints", model: str | None = None, pack: str | None = None,

@@ -159,7 +159,6 @@ def test_evals_stored_before_they_kept_templates_are_compared_by_the_packs_templ
     """An older eval has no `task_templates`: the pack it names supplies them, or tasks are resampled alone."""
     from appliance.evaluate import metrics
     from appliance.evaluate.stored import compare_stored
-
     from appliance.packs import load_pack
 
     monkeypatch.setattr(metrics, "templates_of", lambda tasks: {})  # summarize as it was before
