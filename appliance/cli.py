@@ -223,7 +223,7 @@ _TRAIN_FLAGS = (  # (flag, TrainConfig field, type, the stages that take it; Non
     ("--prompts-per-step", "prompts_per_step", int, ("grpo",)),
     ("--max-completion-tokens", "max_completion_tokens", int, ("grpo",)),
     ("--temperature", "temperature", float, ("grpo",)), ("--beta", "beta", float, ("grpo", "dpo")),
-    ("--reward", "reward", str, ("grpo",)), ("--task-selection", "task_selection", str, ("grpo",)),
+    ("--reward", "reward", str, ("grpo",)), ("--scale-rewards", "scale_rewards", str, ("grpo",)), ("--task-selection", "task_selection", str, ("grpo",)),
     ("--screen-limit", "screen_limit", int, ("grpo",)),
     ("--max-no-call-share", "max_no_call_share", float, ("grpo",)),
     ("--guide-failed-groups", "guide_failed_groups", bool, ("grpo",)),
@@ -246,11 +246,12 @@ def train_flag(field_name: str) -> str:
 def _train_choices() -> dict[str, list[str]]:
     from appliance.packs.manifest import EVAL_SPLITS, TRAIN_SPLITS
     from appliance.rewards import SCHEMES
-    from appliance.train.config import BACKENDS, TASK_SELECTIONS
+    from appliance.train.config import BACKENDS, REWARD_SCALINGS, TASK_SELECTIONS
     from appliance.train.presets import PRESETS
 
     return {"backend": list(BACKENDS), "train_split": list(TRAIN_SPLITS), "eval_split": list(EVAL_SPLITS),
-            "preset": list(PRESETS), "reward": list(SCHEMES), "task_selection": list(TASK_SELECTIONS)}
+            "preset": list(PRESETS), "reward": list(SCHEMES), "task_selection": list(TASK_SELECTIONS),
+            "scale_rewards": list(REWARD_SCALINGS)}
 
 
 def _add_train(sub: argparse._SubParsersAction) -> None:

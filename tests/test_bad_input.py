@@ -137,6 +137,7 @@ CASES = {
     "grpo screen-limit zero": (["train", "grpo", "--screen-limit", "0"], "screen_limit"),
     "grpo no-call share above 1": (["train", "grpo", "--max-no-call-share", "1.5"], "max_no_call_share"),
     "grpo negative sft anchor": (["train", "grpo", "--sft-anchor", "-1"], "sft_anchor"),
+    "grpo unknown reward scaling": (["train", "grpo", "--scale-rewards", "max"], "scale-rewards"),
     "grpo sft anchor batch zero": (["train", "grpo", "--sft-anchor-batch", "0"], "sft_anchor_batch"),
     "grpo resume unknown run": (["train", "grpo", "--resume", "no-such-run"], "no-such-run"),
     "grpo config setting of the wrong type": (["train", "grpo", "--config", "{wrong_type}"], "wrong type"),

@@ -45,6 +45,13 @@ def test_presets_table_is_complete_and_overrides_apply():
     assert grpo_options("dapo", beta=0, epsilon=0.1)["epsilon_high"] == 0.28
     assert grpo_options("gspo", beta=0, epsilon_high=1e-3)["epsilon_high"] == 1e-3
     assert grpo_options("dr_grpo", beta=0.04)["beta"] == 0.04
+    assert grpo_options("dapo", beta=0, scale_rewards="batch")["scale_rewards"] == "batch"
+    assert grpo_options("dapo", beta=0)["scale_rewards"] == "group"
+
+
+def test_an_unknown_reward_scaling_is_one_sentence():
+    with pytest.raises(ApplianceError, match="reward scaling 'max'; choose one of group, batch, none"):
+        TrainConfig(stage="grpo", scale_rewards="max").validate()
 
 
 # ---------------------------------------------------------------- zero-variance filtering

@@ -43,6 +43,7 @@ BACKENDS = ("auto", "cpu", "unsloth")
 STAGES = ("sft", "grpo", "dpo")
 # GRPO: every task of its pool, the most uncertain ones, or the most uncertain of each template in turn (screen.py)
 TASK_SELECTIONS = ("all", "uncertain", "uncertain_by_template")
+REWARD_SCALINGS = ("group", "batch", "none")  # TRL's GRPOConfig.scale_rewards
 ALL_LINEAR = "all-linear"
 # What `all-linear` means for the Llama/Qwen-style decoders we train, where an explicit list is needed.
 ALL_LINEAR_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -138,6 +139,11 @@ class TrainConfig:
         "Lower clipping bound of the importance ratio (1 - epsilon); None = the preset's value (0.2; gspo 3e-4)."))
     epsilon_high: float | None = field(default=None, metadata=_help(
         "Upper clipping bound (1 + epsilon_high); None = the preset's value (epsilon; dapo 0.28; gspo 4e-4)."))
+    scale_rewards: str | None = field(default=None, metadata=_help(
+        "GRPO: what an advantage is divided by: `group` (the std of its task's group), `batch` (the std of the "
+        "step's rewards) or `none`; None = the preset's (`none` for dr_grpo, else `group`). Under `group` a reward's "
+        "size between outcomes is divided away, so a penalty such as safe_attempt's -1 for an unsafe action "
+        "changes nothing in a group of two outcomes; `batch` keeps it."))
     eval_every: int = field(default=8, metadata=_help(
         "Save a checkpoint (adapter + optimizer state) and run held-out eval every N steps; always at the end."))
     eval_k: int = field(default=1, metadata=_help("Samples per held-out task at each eval (1 = greedy)."))
@@ -248,6 +254,9 @@ class TrainConfig:
             raise ApplianceError(f"sft_anchor must be 0 (off) or more, not {self.sft_anchor!r}.")
         if self.sft_anchor_batch < 1:
             raise ApplianceError(f"sft_anchor_batch must be at least 1, not {self.sft_anchor_batch!r}.")
+        if self.scale_rewards is not None and self.scale_rewards not in REWARD_SCALINGS:
+            raise ApplianceError(f"Unknown reward scaling {self.scale_rewards!r}; "
+                                 f"choose one of {', '.join(REWARD_SCALINGS)}.")
         if self.max_no_call_share is not None and not 0 <= self.max_no_call_share <= 1:
             raise ApplianceError(f"max_no_call_share must be between 0 and 1, not {self.max_no_call_share!r}.")
         if self.train_split is not None and self.train_split not in TRAIN_SPLITS:

@@ -64,7 +64,8 @@ def warn_unreachable_answers(run: Any, tokenizer: Any, split: str) -> int:
 def grpo_args(config: TrainConfig, run: Any) -> dict[str, Any]:
     return {
         **trainer_args(config, run),
-        **grpo_options(config.preset, beta=config.beta, epsilon=config.epsilon, epsilon_high=config.epsilon_high),
+        **grpo_options(config.preset, beta=config.beta, epsilon=config.epsilon, epsilon_high=config.epsilon_high,
+                       scale_rewards=config.scale_rewards),
         "per_device_train_batch_size": config.prompts_per_step * config.num_generations,
         "num_generations": config.num_generations,
         # Dr. GRPO divides by this: an episode can hold max_turns turns of the per-turn budget.

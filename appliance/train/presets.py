@@ -43,7 +43,8 @@ Notes on the choices:
   gradient of the informative groups. No extra prompts are sampled; the
   fraction dropped is logged as `frac_reward_zero_std` as before.
 - User overrides: TrainConfig.epsilon / epsilon_high replace the preset's
-  clipping values when set (None keeps the preset's).
+  clipping values, TrainConfig.scale_rewards its reward scaling, when set
+  (None keeps the preset's).
 """
 from __future__ import annotations
 
@@ -97,12 +98,14 @@ COMMON_OPTIONS: dict[str, Any] = {
 
 
 def grpo_options(preset: str, *, beta: float, epsilon: float | None = None,
-                 epsilon_high: float | None = None) -> dict[str, Any]:
+                 epsilon_high: float | None = None, scale_rewards: str | None = None) -> dict[str, Any]:
     """The explicit GRPOConfig keyword arguments for `preset`.
 
-    `epsilon`/`epsilon_high` override the preset's clipping when given.
+    `epsilon`/`epsilon_high` override the preset's clipping and `scale_rewards` its reward scaling when given.
     """
     options = {**COMMON_OPTIONS, **PRESETS[preset], "beta": float(beta)}
+    if scale_rewards is not None:
+        options["scale_rewards"] = scale_rewards
     if epsilon is not None:
         options["epsilon"] = float(epsilon)
         if epsilon_high is None and preset in ("grpo", "dr_grpo"):
