@@ -12,9 +12,11 @@ Concurrency: writers append immutable parquet parts (temp file, fsync, atomic
 rename) and never open the DuckDB file; appliance.duckdb holds only views and is
 replaced, never edited, so any number of processes can read it read-only (or use
 `Workspace.connect()`, an in-memory connection) while others write. Compaction
-swaps a run's folder atomically; a query that listed the old parts just before
-the swap fails with a missing-file IO error (never wrong rows): `Workspace.query`
-retries it, other readers should retry too.
+swaps a run's folder atomically under the workspace's exclusive lock, and
+`Workspace.query` holds the shared one, so it never overlaps a swap. Other
+readers can: DuckDB lists a folder, then looks its names up by path, so a query
+straddling the swap fails with a missing-file IO error or, rarely, sees none of
+that run's rows; repeat a query whose count looks wrong.
 """
 from appliance.errors import StoreError
 from appliance.store.schema import SCHEMA_VERSION, TABLES, VIEWS

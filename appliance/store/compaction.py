@@ -4,9 +4,11 @@ The merged part is written into a staging folder outside data/, then the
 staging folder and the run's folder are exchanged in one rename (renameat2
 RENAME_EXCHANGE on Linux). A query lists the run's folder either before the
 exchange (all old parts) or after it (the merged part): never both, never
-neither. A query that listed the old parts just before the exchange fails to
-open one of them and is retried by Workspace.query. The caller holds the
-workspace's exclusive lock, so no append lands in the old folder meanwhile.
+neither. But DuckDB lists a folder and then looks each name up by path, so a
+listing that straddles the exchange finds none of the old names and counts no
+rows. The caller holds the workspace's exclusive lock, so no append lands in
+the old folder meanwhile and no Workspace.query (which holds the shared lock)
+overlaps the exchange.
 
 The same rewrite brings parts written under an older schema to the current
 columns, which is how migrations upgrade data (views read parts by name and

@@ -51,7 +51,6 @@ class Workspace:
         self.tmp_dir = root / "tmp"
         self.db_path = root / DB_NAME
         self._lock_path = root / ".write.lock"
-        self._lock_fd: int | None = None
         self._reader: duckdb.DuckDBPyConnection | None = None
         self._known_folders: set[Path] = set()
 
@@ -158,30 +157,32 @@ class Workspace:
 
     def query(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None
               ) -> tuple[list[str], list[tuple]]:
-        """Run one SQL statement over the views; return (column names, rows)."""
-        if self._reader is None:
-            self._reader = self.connect()
+        """Run one SQL statement over the views; return (column names, rows).
+
+        It holds the shared lock, so no compaction swaps a folder under it: DuckDB lists a folder and
+        then looks up each name by path, and a listing that straddles the swap finds none of the old
+        names and counts no rows, without an error (tests/test_store.py).
+        """
         for attempt in range(QUERY_ATTEMPTS):
-            cursor = self._reader.cursor()
-            try:
-                cursor.execute(sql, params)
-                columns = [d[0] for d in cursor.description or []]
-                return columns, cursor.fetchall()
-            except duckdb.IOException as err:
-                if not _is_vanished_part(err) or attempt == QUERY_ATTEMPTS - 1:
-                    raise
-                time.sleep(0.01 * (attempt + 1))
-            finally:
-                cursor.close()
+            with self._shared_lock():
+                if self._reader is None:
+                    self._reader = self.connect()
+                cursor = self._reader.cursor()
+                try:
+                    cursor.execute(sql, params)
+                    return [d[0] for d in cursor.description or []], cursor.fetchall()
+                except duckdb.IOException as err:  # where there is no flock (Windows) a part can vanish
+                    if not _is_vanished_part(err) or attempt == QUERY_ATTEMPTS - 1:
+                        raise
+                finally:
+                    cursor.close()
+            time.sleep(0.01 * (attempt + 1))
         raise AssertionError("unreachable")
 
     def close(self) -> None:
         if self._reader is not None:
             self._reader.close()
             self._reader = None
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)
-            self._lock_fd = None
 
     # -- compaction -----------------------------------------------------------------------------
 
@@ -200,26 +201,25 @@ class Workspace:
 
     @contextmanager
     def _shared_lock(self) -> Iterator[None]:
-        if fcntl is None:
+        """Held by appends and queries: many at once, never during a compaction's swap."""
+        with self._lock(fcntl.LOCK_SH if fcntl else 0):
             yield
-            return
-        if self._lock_fd is None:
-            self._lock_fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-        fcntl.flock(self._lock_fd, fcntl.LOCK_SH)
-        try:
-            yield
-        finally:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
 
     @contextmanager
     def _exclusive_lock(self) -> Iterator[None]:
+        with self._lock(fcntl.LOCK_EX if fcntl else 0):
+            yield
+
+    @contextmanager
+    def _lock(self, kind: int) -> Iterator[None]:
         if fcntl is None:
             yield
             return
-        # Its own open file: flock on the shared descriptor would convert that lock instead of waiting for it.
+        # An open file of its own each time: threads sharing one descriptor share one lock, and the first
+        # to unlock would release it under the others (and an exclusive flock on it would convert the lock).
         fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            fcntl.flock(fd, kind)
             yield
         finally:
             os.close(fd)
