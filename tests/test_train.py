@@ -112,6 +112,17 @@ def test_cpu_lora_adapts_the_last_third_of_layers_unless_told(config):
     assert any(".layers.0." in name for name in names) and any(".layers.1." in name for name in names)
 
 
+def test_continuing_an_adapter_with_lora_layers_trains_only_its_last_layers(config):
+    import torch
+
+    start = run_sft(dataclasses.replace(config, lora_layers=0)).final_adapter  # both layers of the tiny model
+    after = lora_tensors(grpo(dataclasses.replace(config, init_adapter=str(start), lora_layers=1)).final_adapter)
+    before = lora_tensors(start)
+    assert set(after) == set(before)  # the adapter keeps every layer
+    moved = {name for name in before if not torch.equal(before[name], after[name])}
+    assert moved and all(".layers.1." in name for name in moved)
+
+
 def test_grpo_step_changes_lora_writes_rollouts_and_checkpoint(config, tmp_path):
     from appliance.store import Workspace
 

@@ -8,6 +8,7 @@ is imported only when selected, because importing unsloth patches TRL globally.
 from __future__ import annotations
 
 import importlib
+import re
 import importlib.util
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Protocol
@@ -169,6 +170,27 @@ def check_adapter_loaded(model: Any, adapter_dir: str | Path) -> None:
             parts.append(f"{len(missing)} of the model's LoRA tensors are not in it (first: {missing[0]})")
         raise ApplianceError(f"The adapter {adapter_dir} does not fit this model: {'; '.join(parts)}. "
                              f"Start from an adapter trained on the same base model.")
+
+
+_LAYER_INDEX = re.compile(r"\.layers\.(\d+)\.")
+
+
+def freeze_adapter_below(model: Any, config: TrainConfig) -> int:
+    """Continuing init_adapter with lora_layers N: only its LoRA weights in the last N layers train.
+
+    The rest stay as loaded (and are saved with the adapter); backward then stops at the lowest layer
+    that trains, as with a fresh LoRA on the last N layers. Returns how many tensors were frozen.
+    """
+    if not config.init_adapter or not config.lora_layers:
+        return 0
+    first = model.config.num_hidden_layers - config.lora_layers
+    frozen = 0
+    for name, param in model.named_parameters():
+        layer = _LAYER_INDEX.search(name)
+        if "lora_" in name and layer and int(layer.group(1)) < first and param.requires_grad:
+            param.requires_grad_(False)
+            frozen += 1
+    return frozen
 
 
 def load_adapter_weights(model: Any, adapter_dir: str | Path) -> None:

@@ -87,7 +87,8 @@ class TrainConfig:
     lora_layers: int | None = field(default=None, metadata=_help(
         "Adapt only the last N decoder layers (0 = every layer; None = the backend's choice: the last third "
         "on a CPU, every layer on a GPU). Backward stops at the lowest adapted layer, so on a CPU the last 10 "
-        "of SmolLM2-135M's 30 layers make a step about 3x faster."))
+        "of SmolLM2-135M's 30 layers make a step about 3x faster. With init_adapter the adapter's own layers "
+        "are kept and N only chooses which of them train: those in the last N (0 or None = all of them)."))
     lora_dropout: float = field(default=0.0, metadata=_help("Dropout on the LoRA branch (0 keeps RL on-policy)."))
     num_generations: int = field(default=4, metadata=_help(
         "GRPO group size: completions sampled per prompt; advantages are relative within a group."))

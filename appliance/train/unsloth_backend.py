@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import ApplianceError
-from .backends import build_grpo_trainer, build_sft_trainer, load_adapter_weights
+from .backends import build_grpo_trainer, build_sft_trainer, freeze_adapter_below, load_adapter_weights
 from .config import ALL_LINEAR, ALL_LINEAR_MODULES, TrainConfig
 from .multiturn import MULTI_TURN_CPU_ONLY
 
@@ -202,6 +202,7 @@ class UnslothBackend:
         )
         if config.init_adapter:
             load_adapter_weights(model, Path(config.init_adapter))
+            freeze_adapter_below(model, config)
         if tokenizer.pad_token is None:
             tokenizer.pad_token = tokenizer.eos_token
         return model, tokenizer
