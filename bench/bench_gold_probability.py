@@ -12,7 +12,9 @@ counts cannot yet.
         [--screening runs/<grpo run>/screening.json] [--pack workplace-single] [--split val]
 
 Prints `name: value` lines per task set: mean probability before and after,
-mean change in log-probability, and how many tasks went up.
+mean change in log-probability, and how many tasks went up; then the same for
+the set's tasks that need a call (`_call`) and those that need none (`_no_call`:
+refusals and chit-chat, whose expected answer is the decline).
 """
 from __future__ import annotations
 
@@ -44,7 +46,9 @@ def main() -> None:
     if args.screening:
         with open(args.screening, encoding="utf-8") as handle:
             chosen = {item["task_id"] for item in json.load(handle) if item["selected"]}
-        task_sets["train_screened"] = [task for task in pack.tasks("train") if task.id in chosen]
+        trained = [split for split in ("train_rl", "train") if split in pack.splits]  # GRPO's pool since session 5
+        task_sets["train_screened"] = [task for split in trained for task in pack.tasks(split) if task.id in chosen]
+
 
     def score(adapter: str) -> dict[str, dict[str, float]]:
         """Log-probabilities per task set, loading the adapter once."""
@@ -52,15 +56,22 @@ def main() -> None:
         return {name: gold_logprobs(pack, model, tokenizer, tasks) for name, tasks in task_sets.items()}
 
     scored_before, scored_after = score(args.before), score(args.after)
-    for name in task_sets:
+    for name, tasks in task_sets.items():
+        no_call = {task.id for task in tasks if not task.expected}
         before, after = scored_before[name], scored_after[name]
-        ids = list(before)
-        print(f"{name}_tasks: {len(ids)}")
-        print(f"{name}_mean_p_before: {statistics.mean(math.exp(before[i]) for i in ids):.3f}")
-        print(f"{name}_mean_p_after: {statistics.mean(math.exp(after[i]) for i in ids):.3f}")
-        print(f"{name}_mean_logprob_change: {statistics.mean(after[i] - before[i] for i in ids):+.3f}")
-        print(f"{name}_tasks_up: {sum(after[i] > before[i] for i in ids)}")
+        for suffix, keep in (("", lambda i: True), ("_call", lambda i: i not in no_call),
+                             ("_no_call", lambda i: i in no_call)):
+            ids = [i for i in before if keep(i)]
+            if ids:
+                report(f"{name}{suffix}", ids, before, after)
 
+
+def report(name: str, ids: list[str], before: dict[str, float], after: dict[str, float]) -> None:
+    print(f"{name}_tasks: {len(ids)}")
+    print(f"{name}_mean_p_before: {statistics.mean(math.exp(before[i]) for i in ids):.3f}")
+    print(f"{name}_mean_p_after: {statistics.mean(math.exp(after[i]) for i in ids):.3f}")
+    print(f"{name}_mean_logprob_change: {statistics.mean(after[i] - before[i] for i in ids):+.3f}")
+    print(f"{name}_tasks_up: {sum(after[i] > before[i] for i in ids)}")
 
 if __name__ == "__main__":
     main()
