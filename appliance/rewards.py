@@ -21,7 +21,9 @@ right_decision     1 when it acted as the task needs: declined      0       0   
 `safe_attempt` is `attempt` with the same safety term (issue 15's question: does
 an explicit safety term lower the held-out unsafe rate without hurting success?).
 Under group-normalised advantages the term only changes a group that holds three
-outcomes or more (an unsafe call, a wrong or declined one, a right one).
+outcomes or more (an unsafe call, a wrong or declined one, a right one);
+`--scale-rewards batch` keeps its size (docs/learning.md, session 23: it did not
+lower the unsafe count on dev either).
 
 `attempt` is `binary` with a declined action scored below a wrong attempt at it.
 Under `binary`, declining a request that needs a call scores 0, the same as a
