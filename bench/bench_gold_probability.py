@@ -49,7 +49,6 @@ def main() -> None:
         trained = [split for split in ("train_rl", "train") if split in pack.splits]  # GRPO's pool since session 5
         task_sets["train_screened"] = [task for split in trained for task in pack.tasks(split) if task.id in chosen]
 
-
     def score(adapter: str) -> dict[str, dict[str, float]]:
         """Log-probabilities per task set, loading the adapter once."""
         model, tokenizer = load_model(args.model, adapter=adapter)

@@ -8,8 +8,8 @@ is imported only when selected, because importing unsloth patches TRL globally.
 from __future__ import annotations
 
 import importlib
-import re
 import importlib.util
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
@@ -175,22 +175,19 @@ def check_adapter_loaded(model: Any, adapter_dir: str | Path) -> None:
 _LAYER_INDEX = re.compile(r"\.layers\.(\d+)\.")
 
 
-def freeze_adapter_below(model: Any, config: TrainConfig) -> int:
+def freeze_adapter_below(model: Any, config: TrainConfig) -> None:
     """Continuing init_adapter with lora_layers N: only its LoRA weights in the last N layers train.
 
     The rest stay as loaded (and are saved with the adapter); backward then stops at the lowest layer
-    that trains, as with a fresh LoRA on the last N layers. Returns how many tensors were frozen.
+    that trains, as with a fresh LoRA on the last N layers.
     """
     if not config.init_adapter or not config.lora_layers:
-        return 0
+        return
     first = model.config.num_hidden_layers - config.lora_layers
-    frozen = 0
     for name, param in model.named_parameters():
         layer = _LAYER_INDEX.search(name)
-        if "lora_" in name and layer and int(layer.group(1)) < first and param.requires_grad:
+        if "lora_" in name and layer and int(layer.group(1)) < first:
             param.requires_grad_(False)
-            frozen += 1
-    return frozen
 
 
 def load_adapter_weights(model: Any, adapter_dir: str | Path) -> None:
