@@ -56,13 +56,12 @@ def main() -> None:
 
     scored_before, scored_after = score(args.before), score(args.after)
     for name, tasks in task_sets.items():
-        no_call = {task.id for task in tasks if not task.expected}
         before, after = scored_before[name], scored_after[name]
-        for suffix, keep in (("", lambda i: True), ("_call", lambda i: i not in no_call),
-                             ("_no_call", lambda i: i in no_call)):
-            ids = [i for i in before if keep(i)]
+        subsets = {name: [t.id for t in tasks], f"{name}_call": [t.id for t in tasks if t.expected],
+                   f"{name}_no_call": [t.id for t in tasks if not t.expected]}
+        for subset, ids in subsets.items():
             if ids:
-                report(f"{name}{suffix}", ids, before, after)
+                report(subset, ids, before, after)
 
 
 def report(name: str, ids: list[str], before: dict[str, float], after: dict[str, float]) -> None:
@@ -71,6 +70,7 @@ def report(name: str, ids: list[str], before: dict[str, float], after: dict[str,
     print(f"{name}_mean_p_after: {statistics.mean(math.exp(after[i]) for i in ids):.3f}")
     print(f"{name}_mean_logprob_change: {statistics.mean(after[i] - before[i] for i in ids):+.3f}")
     print(f"{name}_tasks_up: {sum(after[i] > before[i] for i in ids)}")
+
 
 if __name__ == "__main__":
     main()

@@ -76,7 +76,7 @@ class Workspace:
         version, views_root = recorded if recorded is not None else (SCHEMA_VERSION, None)
         migrations.check_not_newer(version, self.root)
         if version < SCHEMA_VERSION:
-            with self._exclusive_lock():
+            with self._lock(exclusive=True):
                 migrations.upgrade(self.data_dir, self.tmp_dir, version)
         elif not migrations.seeds_present(self.data_dir):
             migrations.write_seeds(self.data_dir)
@@ -104,7 +104,7 @@ class Workspace:
             return
         for value, group in _group_by(rows, spec.partition_by):
             data = to_arrow(spec, group)
-            with self._shared_lock():
+            with self._lock():
                 parts.write_part(self._partition_folder(spec, value), data)
 
     def fail_abandoned(self) -> list[str]:
@@ -164,7 +164,7 @@ class Workspace:
         names and counts no rows, without an error (tests/test_store.py).
         """
         for attempt in range(QUERY_ATTEMPTS):
-            with self._shared_lock():
+            with self._lock():
                 if self._reader is None:
                     self._reader = self.connect()
                 cursor = self._reader.cursor()
@@ -194,24 +194,14 @@ class Workspace:
         spec = self._table(table)
         folders = ([self.data_dir / spec.name / parts.partition_folder_name(spec.partition_by, run_id)]
                    if run_id is not None else migrations.partition_folders(self.data_dir, spec.name))
-        with self._exclusive_lock():
+        with self._lock(exclusive=True):
             return sum(compaction.compact_folder(spec, folder, self.tmp_dir) for folder in folders)
 
     # -- locking --------------------------------------------------------------------------------
 
     @contextmanager
-    def _shared_lock(self) -> Iterator[None]:
-        """Held by appends and queries: many at once, never during a compaction's swap."""
-        with self._lock(fcntl.LOCK_SH if fcntl else 0):
-            yield
-
-    @contextmanager
-    def _exclusive_lock(self) -> Iterator[None]:
-        with self._lock(fcntl.LOCK_EX if fcntl else 0):
-            yield
-
-    @contextmanager
-    def _lock(self, kind: int) -> Iterator[None]:
+    def _lock(self, exclusive: bool = False) -> Iterator[None]:
+        """Shared: appends and queries, many at once. Exclusive: a compaction's swap, or an upgrade."""
         if fcntl is None:
             yield
             return
@@ -219,7 +209,7 @@ class Workspace:
         # to unlock would release it under the others (and an exclusive flock on it would convert the lock).
         fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fcntl.flock(fd, kind)
+            fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
             yield
         finally:
             os.close(fd)

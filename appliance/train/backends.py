@@ -181,12 +181,12 @@ def freeze_adapter_below(model: Any, config: TrainConfig) -> None:
     The rest stay as loaded (and are saved with the adapter); backward then stops at the lowest layer
     that trains, as with a fresh LoRA on the last N layers.
     """
-    if not config.init_adapter or not config.lora_layers:
+    trained = config.lora_layer_indices(model.config.num_hidden_layers)  # None: every layer
+    if not config.init_adapter or trained is None:
         return
-    first = model.config.num_hidden_layers - config.lora_layers
     for name, param in model.named_parameters():
         layer = _LAYER_INDEX.search(name)
-        if "lora_" in name and layer and int(layer.group(1)) < first:
+        if "lora_" in name and layer and int(layer.group(1)) not in trained:
             param.requires_grad_(False)
 
 
