@@ -213,6 +213,31 @@ def test_the_sft_anchor_is_refused_where_the_backend_cannot_add_it(config, monke
         grpo(dataclasses.replace(config, sft_anchor=1.0))
 
 
+def test_keep_decisions_leaves_declines_out_of_the_loss_and_still_trains_the_calls(config, monkeypatch):
+    """Every other rollout counts as a decline: its stored advantage is 0, the other rows still move the LoRA."""
+    from appliance.store import Workspace
+    from appliance.train import callbacks
+
+    monkeypatch.setattr(callbacks, "declined", lambda row: row["sample_index"] % 2 == 0)
+    seen = []
+    result = grpo(dataclasses.replace(config, keep_decisions=True), sink=seen.append)
+    _, rows = Workspace.open(config.workspace).query(
+        "SELECT sample_index, advantage FROM rollouts WHERE run_id = ?", [result.run_id])
+    assert len(rows) == 8 and all(a == 0 for i, a in rows if i % 2 == 0)
+    assert any(a != 0 for i, a in rows if i % 2 == 1)
+    metrics = next(e for e in seen if e.type == "step_metrics").metrics
+    assert metrics["frac_declines_left_out"] == pytest.approx(0.5)
+
+
+def test_keep_decisions_is_refused_on_a_multi_turn_pack_before_the_model_loads(tiny_model_dir, tmp_path):
+    from appliance.errors import ApplianceError
+
+    config = TrainConfig(model=str(tiny_model_dir), pack="workplace-multi", backend="cpu", steps=1,
+                         keep_decisions=True, output=str(tmp_path / "ck"), workspace=str(tmp_path / "runs"))
+    with pytest.raises(ApplianceError, match="keep_decisions needs a single-turn pack"):
+        run_grpo(config)
+
+
 def test_guidance_is_refused_on_a_multi_turn_pack_before_the_model_loads(tiny_model_dir, tmp_path):
     from appliance.errors import ApplianceError
 

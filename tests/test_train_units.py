@@ -9,7 +9,7 @@ import pytest
 
 from appliance.errors import ApplianceError
 from appliance.train import PRESETS, TrainConfig, check_reward_hacking, check_versions, grpo_options, pick_backend
-from appliance.train.callbacks import drop_zero_variance_groups, rename_metrics
+from appliance.train.callbacks import declined, drop_zero_variance_groups, leave_decisions_out, rename_metrics
 from appliance.train.config import field_help
 
 
@@ -80,6 +80,47 @@ def test_a_group_split_across_two_processes_is_judged_whole():
         assert dropped == pytest.approx(2 / 3)
         masks.append(output["tool_mask"][:, 0].tolist())
     assert masks == [[0, 0, 0, 0, 1, 1], [1, 1, 0, 0, 0, 0]]
+
+
+# ---------------------------------------------------------------- keep_decisions
+
+def test_keep_decisions_masks_declines_and_first_tokens_and_ranks_calls_among_themselves():
+    import torch
+
+    # Group 1: a decline, a right call (1.2) and two wrong ones (0.2). Group 2: three declines and one call.
+    output = {"advantages": torch.zeros(8), "completion_mask": torch.ones(8, 3, dtype=torch.long)}
+    rewards = [0.0, 1.2, 0.2, 0.2, 0.0, 0.0, 1.2, 0.0]
+    declines = [True, False, False, False, True, True, False, True]
+    share = leave_decisions_out(output, declines, rewards, group_size=4, scale_rewards="group")
+    assert share == pytest.approx(0.5)
+    calls = torch.tensor([1.2, 0.2, 0.2])
+    expected = (calls - calls.mean()) / (calls.std() + 1e-4)  # TRL's group scaling, over the calls only
+    assert output["advantages"][1:4].tolist() == pytest.approx(expected.tolist(), abs=1e-5)
+    assert output["advantages"][1] > 0 > output["advantages"][2]  # a wrong call is never lifted by a decline
+    assert output["advantages"][[0, 4, 5, 6, 7]].tolist() == [0.0] * 5  # one call in a group teaches nothing
+    assert output["tool_mask"].tolist() == [[0, 0, 0], [0, 1, 1], [0, 1, 1], [0, 1, 1],
+                                            [0, 0, 0], [0, 0, 0], [0, 1, 1], [0, 0, 0]]
+    assert int(output["num_items_in_batch"]) == 8
+
+
+def test_keep_decisions_without_declines_gives_trls_advantages_less_the_first_token():
+    import torch
+
+    rewards = torch.tensor([1.0, 0.0, 0.5, 0.25, 2.0, 1.0, 1.0, -1.0])
+    for scale, divide in (("group", rewards.view(-1, 4).std(dim=1).repeat_interleave(4) + 1e-4),
+                          ("batch", rewards.std() + 1e-4), ("none", 1.0)):
+        output = {"advantages": torch.zeros(8), "completion_mask": torch.ones(8, 2, dtype=torch.long),
+                  "tool_mask": torch.tensor([[1, 0]] * 8)}
+        leave_decisions_out(output, [False] * 8, rewards.tolist(), group_size=4, scale_rewards=scale)
+        centred = rewards - rewards.view(-1, 4).mean(dim=1).repeat_interleave(4)
+        assert output["advantages"].tolist() == pytest.approx((centred / divide).tolist(), abs=1e-5)
+        assert output["tool_mask"].sum() == 0  # the given loss mask is kept, the first token taken out of it
+
+
+def test_a_decline_is_an_answer_that_parsed_and_calls_nothing():
+    assert declined({"v_parse_ok": True, "v_n_calls": 0})
+    assert not declined({"v_parse_ok": True, "v_n_calls": 1})
+    assert not declined({"v_parse_ok": False, "v_n_calls": 0})  # a format error attempted a call
 
 
 # ---------------------------------------------------------------- reward hacking alarm

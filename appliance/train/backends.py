@@ -30,7 +30,8 @@ class Backend(Protocol):
     supports_multi_turn: bool  # whether make_grpo_trainer takes `episodes` (packs with max_turns > 1)
     supports_screening: bool  # whether task_selection=uncertain can score tasks with the training model
     # Optional (read with getattr): `supports_guidance` (make_grpo_trainer accepts a `guide`, an
-    # appliance.train.rollout.Guide, for guide_failed_groups; grpo.py), `kl_reference` ("start": with beta > 0
+    # appliance.train.rollout.Guide, for guide_failed_groups; grpo.py), `supports_sft_anchor` and
+    # `supports_keep_decisions` (its GRPO loss is TRL's, which our trainer mixin extends), `kl_reference` ("start": with beta > 0
     # the KL term is against the starting adapter, TRL's rule; "base": against the base model),
     # `settings_in_force(config)` (settings the backend replaces, as the run gets them) and
     # `memory_knobs(config)` (settings to name in out-of-memory advice besides the run's sizes).

@@ -7,8 +7,9 @@
   the held-out eval hook, record the checkpoint row, check for reward hacking.
 
 `ApplianceGRPOMixin` goes first in the GRPOTrainer's MRO: it times generation
-+ scoring, hands TRL's advantages to the recorder, and (dapo preset) drops
-zero-variance groups from the loss (see presets.py).
++ scoring, hands TRL's advantages to the recorder, (keep_decisions) takes the
+act-or-decline choice out of the loss, and (dapo preset) drops zero-variance
+groups from the loss (see presets.py).
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import math
 import time
 from typing import Any, Callable
 
+from ..errors import ApplianceError
 from ..events import StepMetrics
 from .alarms import check_no_learning_signal
 
@@ -129,6 +131,8 @@ class ApplianceGRPOMixin:
     appliance_recorder: Any = None
     appliance_filter_zero_variance: bool = False
     appliance_anchor: Any = None  # anchor.SftAnchor when sft_anchor > 0
+    appliance_keep_decisions: bool = False  # TrainConfig.keep_decisions
+    appliance_scale_rewards: str = "group"  # the scaling in force (keep_decisions recomputes advantages with it)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         loss = super().compute_loss(model, inputs, return_outputs=return_outputs,
@@ -145,7 +149,15 @@ class ApplianceGRPOMixin:
         elapsed = time.perf_counter() - started
         mode = "train" if self.model.training else "eval"
         self._metrics[mode]["timing/generate_score_s"].append(elapsed)
-        if self.appliance_recorder is not None:
+        if self.appliance_keep_decisions and mode == "train":
+            if self.accelerator.num_processes > 1:  # a group's rows would span processes; not built
+                raise ApplianceError("keep_decisions runs in one process; leave it off with several.")
+            rows = self.appliance_recorder.pending_rows()
+            left_out = leave_decisions_out(output, [declined(row) for row in rows],
+                                           [row.get("reward", 0.0) for row in rows], self.num_generations,
+                                           self.appliance_scale_rewards)
+            self._metrics[mode]["frac_declines_left_out"].append(left_out)
+        if self.appliance_recorder is not None:  # the advantages the loss uses, recomputed or TRL's
             self.appliance_recorder.set_advantages(output["advantages"].tolist())
             self.appliance_recorder.set_generation_latency(elapsed)
         if self.appliance_filter_zero_variance and mode == "train":
@@ -179,3 +191,45 @@ def drop_zero_variance_groups(output: dict[str, Any], group_size: int, gather: C
     output["tool_mask"] = loss_mask * keep_rows.unsqueeze(1)
     output["num_items_in_batch"] = gather((output["completion_mask"] * output["tool_mask"]).sum()).sum()
     return 1.0 - informative.float().mean().item()
+
+
+def declined(row: dict[str, Any]) -> bool:
+    """A rollout row whose answer parsed and calls no tool: a decline (a format error is an attempted call)."""
+    return bool(row.get("v_parse_ok")) and not row.get("v_n_calls")
+
+
+def leave_decisions_out(output: dict[str, Any], declined_rows: list[bool], rewards: list[float], group_size: int,
+                        scale_rewards: str) -> float:
+    """Take the act-or-decline choice out of GRPO's loss (TrainConfig.keep_decisions); return the share of declines.
+
+    Session 23 measured GRPO moving one choice all requests share: the expected answer became less likely on
+    every task that needs no call, those it trained on included, and more likely on nearly every task that
+    needs one (docs/learning.md). Here that choice is not trained at all:
+    a decline's tokens and every answer's first token (`{"` of a call against `No` of a decline, the token
+    where they part) leave the loss through TRL's loss-only `tool_mask`, and each group's advantages are
+    recomputed among its attempted calls only (centred on their mean, divided as `scale_rewards` says, as TRL
+    does), so a wrong call is never rewarded for beating a decline. A group with fewer than two attempted
+    calls teaches nothing. Rows of a group are contiguous here, before TRL shuffles the batch (one process).
+    """
+    import torch
+
+    advantages = output["advantages"]
+    reward = torch.nan_to_num(torch.tensor(rewards, dtype=torch.float32)).view(-1, group_size)
+    acts = ~torch.tensor(declined_rows, dtype=torch.bool).view(-1, group_size)
+    n_acts = acts.sum(dim=1, keepdim=True)
+    centred = (reward - (reward * acts).sum(dim=1, keepdim=True) / n_acts.clamp(min=1)) * acts
+    if scale_rewards == "group":  # TRL: the unbiased std of the group (here: of its calls) + 1e-4
+        centred = centred / ((centred.square().sum(dim=1, keepdim=True) / (n_acts - 1).clamp(min=1)).sqrt() + 1e-4)
+    elif scale_rewards == "batch":
+        called = reward[acts]
+        centred = centred / ((called.std() if called.numel() > 1 else torch.tensor(0.0)) + 1e-4)
+    centred = torch.where(n_acts >= 2, centred, torch.zeros_like(centred))
+    output["advantages"] = centred.reshape(-1).to(advantages.dtype).to(advantages.device)
+    completion_mask = output["completion_mask"]
+    loss_mask = output.get("tool_mask")
+    loss_mask = torch.ones_like(completion_mask) if loss_mask is None else loss_mask.clone()
+    loss_mask = loss_mask * acts.reshape(-1, 1).to(loss_mask.device, loss_mask.dtype)
+    loss_mask[:, 0] = 0
+    output["tool_mask"] = loss_mask
+    output["num_items_in_batch"] = (completion_mask * loss_mask).sum()
+    return float((~acts).float().mean())

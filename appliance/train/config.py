@@ -121,6 +121,13 @@ class TrainConfig:
         "tasks GRPO does not sample; 0 = off."))
     sft_anchor_batch: int = field(default=8, metadata=_help(
         "GRPO with sft_anchor > 0: SFT examples in each step's anchor loss."))
+    # Off by default: session 24 tests it on dev (docs/learning.md). Session 23 measured why it might matter: every
+    # GRPO run from the all-layer SFT start moved the one act-or-decline choice all requests share.
+    keep_decisions: bool = field(default=False, metadata=_help(
+        "GRPO (cpu backend, single-turn packs): leave the act-or-decline choice as the starting adapter makes it. "
+        "Answers that call no tool and the first token of every answer (where a call and a decline part) are "
+        "left out of the loss, and each group's advantages are computed among its attempted calls only, so GRPO "
+        "learns which call to make and how, never whether to act."))
     max_completion_tokens: int = field(default=96, metadata=_help(
         "GRPO: the most tokens sampled per turn (eval's budget is 96; workplace-single's longest expected "
         "call is 89 tokens, and a task whose answer cannot fit can never earn its reward)."))

@@ -100,6 +100,7 @@ class CpuBackend:
     supports_screening = True
     supports_guidance = True  # make_grpo_trainer takes `guide` (guide_failed_groups)
     supports_sft_anchor = True  # ApplianceGRPOMixin.compute_loss adds it to TRL's loss (anchor.py)
+    supports_keep_decisions = True  # ApplianceGRPOMixin masks TRL's loss (callbacks.leave_decisions_out)
     kl_reference = "start"  # TRL keeps a frozen copy of init_adapter as the KL reference
 
     def __init__(self, config: TrainConfig | None = None) -> None:

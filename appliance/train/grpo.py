@@ -123,6 +123,19 @@ def refuse_unsupported_anchor(run: Any) -> None:
             f"sft_anchor is not available on the {run.backend.name} backend yet; use --backend cpu or leave it 0."))
 
 
+def refuse_unsupported_keep_decisions(run: Any) -> None:
+    """keep_decisions masks the loss in our trainer mixin and reads one answer's first token as its decision."""
+    if not run.config.keep_decisions:
+        return
+    if is_multi_turn(run.pack):
+        raise fail_run(run, ApplianceError(
+            f"keep_decisions needs a single-turn pack; {run.pack.name} runs multi-turn episodes, where an answer's "
+            "first token is not the whole act-or-decline choice."))
+    if not getattr(run.backend, "supports_keep_decisions", False):
+        raise fail_run(run, ApplianceError(
+            f"keep_decisions is not available on the {run.backend.name} backend yet; use --backend cpu or leave it off."))
+
+
 def sft_anchor_for(run: Any, tokenizer: Any) -> Any:
     """The anchor over the SFT split (`train`), or None when sft_anchor is 0."""
     from .anchor import SftAnchor
@@ -152,6 +165,7 @@ def run_grpo(config: TrainConfig, *, sink: EventSink = null_sink,
         raise fail_run(run, ApplianceError(MULTI_TURN_CPU_ONLY))
     refuse_unsupported_guidance(run)
     refuse_unsupported_anchor(run)
+    refuse_unsupported_keep_decisions(run)
     split = training_split_or_fail(run)
     screened_pool_or_fail(run, split)
     if reward_funcs is None:
@@ -178,5 +192,7 @@ def run_grpo(config: TrainConfig, *, sink: EventSink = null_sink,
     trainer.appliance_recorder = recorder
     trainer.appliance_filter_zero_variance = filters_zero_variance(run.config.preset)
     trainer.appliance_anchor = sft_anchor_for(run, tokenizer)
+    trainer.appliance_keep_decisions = run.config.keep_decisions
+    trainer.appliance_scale_rewards = args["scale_rewards"]
     train_with_guard(run, trainer)
     return finish_run(run, started)

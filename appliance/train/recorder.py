@@ -126,6 +126,10 @@ class RolloutRecorder:
             return {}
         return {**verdict.to_row(), "bucket": verdict.bucket}
 
+    def pending_rows(self) -> list[dict[str, Any]]:
+        """The rows just scored, in the batch's order, whose advantages are not set yet (their verdicts and rewards)."""
+        return list(self._pending)
+
     def set_advantages(self, advantages: list[float]) -> None:
         """Attach TRL's advantages (same order as the batch) to the rows just scored."""
         for row, advantage in zip(self._pending, advantages):
