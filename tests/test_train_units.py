@@ -297,22 +297,26 @@ def test_guided_rollout_puts_the_reference_answer_last_in_groups_without_a_succe
     assert seen == ["t1"]  # one success is enough; a prompt without a reference is not verified
 
 
-def test_guidance_is_refused_on_a_backend_whose_sampler_cannot_take_it():
+@pytest.mark.parametrize("option, capability", [("guide_failed_groups", "supports_guidance"),
+                                                ("sft_anchor", "supports_sft_anchor"),
+                                                ("keep_decisions", "supports_keep_decisions")])
+def test_an_option_of_our_trainer_is_refused_on_a_backend_that_cannot_take_it(option, capability):
     from types import SimpleNamespace
 
     from appliance.errors import ApplianceError
-    from appliance.train.grpo import refuse_unsupported_guidance
+    from appliance.train.grpo import refuse_unsupported_options
 
     updates, events = [], []
-    run = SimpleNamespace(run_id="r", config=TrainConfig(guide_failed_groups=True), emit=events.append,
+    run = SimpleNamespace(run_id="r", config=TrainConfig(**{option: 1.0 if option == "sft_anchor" else True}),
+                          emit=events.append,
                           pack=SimpleNamespace(name="single", max_turns=1),
                           writer=SimpleNamespace(update_run=lambda **row: updates.append(row)),
                           backend=SimpleNamespace(name="unsloth"))
-    with pytest.raises(ApplianceError, match="not available on the unsloth backend"):
-        refuse_unsupported_guidance(run)
+    with pytest.raises(ApplianceError, match=f"{option} is not available on the unsloth backend"):
+        refuse_unsupported_options(run)
     assert updates[0]["status"] == "failed" and events[0].type == "run_failed"
-    run.backend.supports_guidance = True
-    assert refuse_unsupported_guidance(run) is None
+    setattr(run.backend, capability, True)
+    assert refuse_unsupported_options(run) is None
 
 
 def test_grpo_warns_when_expected_answers_exceed_the_sampling_budget():

@@ -102,38 +102,29 @@ def make_verify(pack: Any) -> Callable[..., Any]:
     return verify
 
 
-def refuse_unsupported_guidance(run: Any) -> None:
-    """guide_failed_groups needs our sampler (the cpu backend) and one exact answer per task (single-turn)."""
-    if not run.config.guide_failed_groups:
-        return
-    if is_multi_turn(run.pack):
-        raise fail_run(run, ApplianceError(
-            f"guide_failed_groups needs a single-turn pack; {run.pack.name} runs multi-turn episodes, whose "
-            "expected calls are not a whole answer to stand in for a sample."))
-    if not getattr(run.backend, "supports_guidance", False):
-        raise fail_run(run, ApplianceError(
-            f"guide_failed_groups is not available on the {run.backend.name} backend yet (its sampler is vLLM's); "
-            "use --backend cpu or leave it off."))
+# GRPO options our own trainer code implements, each with the backend capability it needs and, where a
+# multi-turn pack cannot take it, why: (TrainConfig field, capability, why not multi-turn, what the backend lacks).
+_OPTIONS_OF_OUR_TRAINER = (
+    ("guide_failed_groups", "supports_guidance",
+     "whose expected calls are not a whole answer to stand in for a sample", " (its sampler is vLLM's)"),
+    ("sft_anchor", "supports_sft_anchor", None, " (it compiles its own GRPO loss)"),
+    ("keep_decisions", "supports_keep_decisions",
+     "where an answer's first token is not the whole act-or-decline choice", " (it compiles its own GRPO loss)"),
+)
 
 
-def refuse_unsupported_anchor(run: Any) -> None:
-    """sft_anchor adds to the loss in our trainer mixin; Unsloth compiles its own GRPO loss (not verified there)."""
-    if run.config.sft_anchor and not getattr(run.backend, "supports_sft_anchor", False):
-        raise fail_run(run, ApplianceError(
-            f"sft_anchor is not available on the {run.backend.name} backend yet; use --backend cpu or leave it 0."))
-
-
-def refuse_unsupported_keep_decisions(run: Any) -> None:
-    """keep_decisions masks the loss in our trainer mixin and reads one answer's first token as its decision."""
-    if not run.config.keep_decisions:
-        return
-    if is_multi_turn(run.pack):
-        raise fail_run(run, ApplianceError(
-            f"keep_decisions needs a single-turn pack; {run.pack.name} runs multi-turn episodes, where an answer's "
-            "first token is not the whole act-or-decline choice."))
-    if not getattr(run.backend, "supports_keep_decisions", False):
-        raise fail_run(run, ApplianceError(
-            f"keep_decisions is not available on the {run.backend.name} backend yet; use --backend cpu or leave it off."))
+def refuse_unsupported_options(run: Any) -> None:
+    """Refuse, before the model loads, an option of ours the pack or the backend cannot take (one sentence)."""
+    for name, capability, not_multi_turn, backend_lacks in _OPTIONS_OF_OUR_TRAINER:
+        if not getattr(run.config, name):
+            continue
+        if not_multi_turn and is_multi_turn(run.pack):
+            raise fail_run(run, ApplianceError(
+                f"{name} needs a single-turn pack; {run.pack.name} runs multi-turn episodes, {not_multi_turn}."))
+        if not getattr(run.backend, capability, False):
+            raise fail_run(run, ApplianceError(
+                f"{name} is not available on the {run.backend.name} backend yet{backend_lacks}; use --backend cpu "
+                "or leave it off."))
 
 
 def sft_anchor_for(run: Any, tokenizer: Any) -> Any:
@@ -163,9 +154,7 @@ def run_grpo(config: TrainConfig, *, sink: EventSink = null_sink,
     run = start_run(dataclasses.replace(config, stage="grpo"), "grpo", sink, pack=pack, workspace=workspace)
     if is_multi_turn(run.pack) and not run.backend.supports_multi_turn:
         raise fail_run(run, ApplianceError(MULTI_TURN_CPU_ONLY))
-    refuse_unsupported_guidance(run)
-    refuse_unsupported_anchor(run)
-    refuse_unsupported_keep_decisions(run)
+    refuse_unsupported_options(run)
     split = training_split_or_fail(run)
     screened_pool_or_fail(run, split)
     if reward_funcs is None:
