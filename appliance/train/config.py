@@ -121,8 +121,8 @@ class TrainConfig:
         "tasks GRPO does not sample; 0 = off."))
     sft_anchor_batch: int = field(default=8, metadata=_help(
         "GRPO with sft_anchor > 0: SFT examples in each step's anchor loss."))
-    # Off by default: session 24 tests it on dev (docs/learning.md). Session 23 measured why it might matter: every
-    # GRPO run from the all-layer SFT start moved the one act-or-decline choice all requests share.
+    # Off by default: on dev (session 24, docs/learning.md) it held every decision of a ten-layer SFT start but made
+    # its wrong acts on refusals unsafe (47 of 120, unsafe 2 → 7), and held none of an all-layer start's.
     keep_decisions: bool = field(default=False, metadata=_help(
         "GRPO (cpu backend, single-turn packs): leave the act-or-decline choice as the starting adapter makes it. "
         "Answers that call no tool and the first token of every answer (where a call and a decline part) are "
