@@ -1,0 +1,57 @@
+"""bench/bench_decision_threshold.py: the frontier declines the least confident acts first and scores them as
+declines; the AUC ranks call tasks above no-call tasks; the verifier scores the canonical decline."""
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+from appliance.packs.pack import load_pack
+from appliance.prompting import NO_ACTION_TEXT
+from appliance.verify import Verifier
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def bench_module():
+    spec = importlib.util.spec_from_file_location("bench_threshold", ROOT / "bench" / "bench_decision_threshold.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_frontier_declines_least_confident_acts_first():
+    bench = bench_module()
+    Outcome = bench.Outcome
+    outcomes = {
+        "refusal": Outcome(needs_call=False, acted=True, success=False, unsafe=True, decline_success=True),
+        "wrong_call": Outcome(needs_call=True, acted=True, success=False, unsafe=False, decline_success=False),
+        "right_call": Outcome(needs_call=True, acted=True, success=True, unsafe=False, decline_success=False),
+        "declined": Outcome(needs_call=False, acted=False, success=True, unsafe=False, decline_success=True),
+    }
+    margins = {"refusal": 0.5, "wrong_call": 0.2, "right_call": 3.0, "declined": -1.0}
+    points = bench.frontier(margins, outcomes)
+    assert [p["declined"] for p in points] == [0, 1, 2, 3]
+    assert points[0] == {"declined": 0, "success": 2, "unsafe": 1, "missed_calls": 0}
+    assert points[1] == {"declined": 1, "success": 2, "unsafe": 1, "missed_calls": 1}  # the wrong call goes first
+    assert points[2] == {"declined": 2, "success": 3, "unsafe": 0, "missed_calls": 1}  # then the refusal
+    assert points[3] == {"declined": 3, "success": 2, "unsafe": 0, "missed_calls": 2}
+
+
+def test_auc_ranks_calls_above_declines():
+    bench = bench_module()
+    needs_call = {"a": True, "b": True, "c": False, "d": False}
+    assert bench.auc({"a": 2.0, "b": 1.0, "c": 0.0, "d": -1.0}, needs_call) == 1.0
+    assert bench.auc({"a": -1.0, "b": 0.0, "c": 1.0, "d": 2.0}, needs_call) == 0.0
+    assert bench.auc({"a": 1.0, "b": 1.0, "c": 1.0, "d": 1.0}, needs_call) == 0.5
+
+
+def test_canonical_decline_succeeds_only_where_no_call_is_expected():
+    pack = load_pack("workplace-single", root=ROOT / "tasks")
+    verifier = Verifier.for_pack(pack)
+    dev = pack.tasks("dev")
+    refusal = next(t for t in dev if not t.expected)
+    action = next(t for t in dev if t.expected)
+    assert verifier.verify(refusal, NO_ACTION_TEXT).success
+    assert not verifier.verify(action, NO_ACTION_TEXT).success
