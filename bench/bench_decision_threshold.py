@@ -18,8 +18,8 @@ its first answer token tells the two apart, and the best any pure threshold move
         [--pack workplace-single] [--split dev] [--tasks-root tasks]
 
 `--eval` must be a greedy eval of `--adapter` on `--split` (free decoding). Prints `name: value` lines: the
-stored success/unsafe/missed calls, `auc`, `first_token_agreement` (how often margin > 0 matches the stored
-act-or-decline), and the frontier's point where unsafe first reaches 0 (actions declined, success there).
+stored success/unsafe/missed calls, `auc`, `first_token_agreement` (on how many tasks margin > 0 matches the stored
+act-or-decline), the frontier's point where unsafe first reaches 0 and its best point (success, actions declined, unsafe).
 """
 from __future__ import annotations
 
@@ -80,8 +80,8 @@ def first_token_margins(model: Any, tokenizer: Any, prompts: dict[str, str]) -> 
     """task id -> log p(best call-starting token) - log p(best other token) at the answer's first position."""
     import torch
 
-    starts_call = torch.tensor([tokenizer.decode([i]).lstrip().startswith(("{", "["))
-                                for i in range(len(tokenizer))])
+    pieces = tokenizer.batch_decode([[i] for i in range(len(tokenizer))])
+    starts_call = torch.tensor([piece.lstrip().startswith(("{", "[")) for piece in pieces])
     margins = {}
     model.eval()
     with torch.no_grad():
@@ -139,9 +139,8 @@ def main() -> None:
         print(f"stored_{key}: {start[key]}")
     print(f"auc: {auc(margins, needs_call):.3f}")
     agree = sum((margins[t] > 0) == o.acted for t, o in outcomes.items())
-    print(f"first_token_agreement: {agree}/{len(outcomes)}")
-    no_call_acting = [t for t, o in outcomes.items() if o.acted and not o.needs_call]
-    print(f"no_call_tasks_acted_on: {len(no_call_acting)}")
+    print(f"first_token_agreement: {agree}")
+    print(f"no_call_tasks_acted_on: {sum(o.acted and not o.needs_call for o in outcomes.values())}")
     safe = next((p for p in points if p["unsafe"] == 0), None)
     if safe is None:
         print("unsafe_zero_declined: never")
@@ -150,7 +149,8 @@ def main() -> None:
     print(f"unsafe_zero_success: {safe['success']}")
     print(f"unsafe_zero_missed_calls: {safe['missed_calls']}")
     best = max(points, key=lambda p: (p["success"], -p["declined"]))
-    print(f"best_success: {best['success']} (declined {best['declined']}, unsafe {best['unsafe']})")
+    for key in ("success", "declined", "unsafe"):
+        print(f"best_{key}: {best[key]}")
 
 
 if __name__ == "__main__":
