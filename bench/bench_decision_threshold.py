@@ -15,11 +15,13 @@ its first answer token tells the two apart, and the best any pure threshold move
   approximation of how a shifted threshold would decode.
 
     .venv/bin/python bench/bench_decision_threshold.py --workspace runs --adapter ADAPTER --eval EVAL_ID \\
-        [--pack workplace-single] [--split dev] [--tasks-root tasks]
+        [--pack workplace-single] [--split dev] [--tasks-root tasks] [--decline-at MARGIN]
 
 `--eval` must be a greedy eval of `--adapter` on `--split` (free decoding). Prints `name: value` lines: the
 stored success/unsafe/missed calls, `auc`, `first_token_agreement` (on how many tasks margin > 0 matches the stored
-act-or-decline), the frontier's point where unsafe first reaches 0 and its best point (success, actions declined, unsafe).
+act-or-decline), the frontier's point where unsafe first reaches 0 (with `unsafe_zero_margin`, the margin of the
+last act it declines: a threshold read on one split to apply on another) and its best point (success, actions
+declined, unsafe). `--decline-at MARGIN` adds the point where every act with a margin at most MARGIN declines.
 """
 from __future__ import annotations
 
@@ -61,6 +63,11 @@ def frontier(margins: dict[str, float], outcomes: dict[str, Outcome]) -> list[di
         declined.add(task)
         points.append(_point(outcomes, declined))
     return points
+
+
+def point_at(margins: dict[str, float], outcomes: dict[str, Outcome], threshold: float) -> dict[str, int]:
+    """The frontier's point for a fixed threshold: every act whose margin is at most `threshold` declines."""
+    return _point(outcomes, {t for t, o in outcomes.items() if o.acted and margins[t] <= threshold})
 
 
 def _point(outcomes: dict[str, Outcome], declined: set[str]) -> dict[str, int]:
@@ -118,6 +125,8 @@ def main() -> None:
     parser.add_argument("--pack", default="workplace-single")
     parser.add_argument("--split", default="dev")
     parser.add_argument("--tasks-root", default="tasks")
+    parser.add_argument("--decline-at", type=float, default=None,
+                        help="also print the point where every act with a margin at most this declines")
     args = parser.parse_args()
 
     from appliance.models import load_model
@@ -141,11 +150,17 @@ def main() -> None:
     agree = sum((margins[t] > 0) == o.acted for t, o in outcomes.items())
     print(f"first_token_agreement: {agree}")
     print(f"no_call_tasks_acted_on: {sum(o.acted and not o.needs_call for o in outcomes.values())}")
+    if args.decline_at is not None:
+        fixed = point_at(margins, outcomes, args.decline_at)
+        for key in ("declined", "success", "unsafe", "missed_calls"):
+            print(f"at_margin_{key}: {fixed[key]}")
     safe = next((p for p in points if p["unsafe"] == 0), None)
     if safe is None:
         print("unsafe_zero_declined: never")
         return
     print(f"unsafe_zero_declined: {safe['declined']}")
+    acting = sorted(margins[t] for t, o in outcomes.items() if o.acted)
+    print(f"unsafe_zero_margin: {acting[safe['declined'] - 1] if safe['declined'] else float('-inf'):.4f}")
     print(f"unsafe_zero_success: {safe['success']}")
     print(f"unsafe_zero_missed_calls: {safe['missed_calls']}")
     best = max(points, key=lambda p: (p["success"], -p["declined"]))

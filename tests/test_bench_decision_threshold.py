@@ -37,6 +37,8 @@ def test_frontier_declines_least_confident_acts_first():
     assert points[1] == {"declined": 1, "success": 2, "unsafe": 1, "missed_calls": 1}  # the wrong call goes first
     assert points[2] == {"declined": 2, "success": 3, "unsafe": 0, "missed_calls": 1}  # then the refusal
     assert points[3] == {"declined": 3, "success": 2, "unsafe": 0, "missed_calls": 2}
+    assert bench.point_at(margins, outcomes, 0.5) == points[2]  # a margin at the threshold declines
+    assert bench.point_at(margins, outcomes, 0.1) == points[0]  # the plain decline never counts as an act
 
 
 def test_auc_ranks_calls_above_declines():
