@@ -115,6 +115,22 @@ def test_make_generator_on_a_cpu_picks_transformers_and_says_why(tiny_model_dir)
     assert choose_backend("hf") == ("hf", "transformers backend, as requested")
 
 
+def test_a_loaded_generator_sits_on_the_gpu_when_there_is_one(tiny_model_dir, monkeypatch):
+    """transformers loads onto the CPU; on a GPU machine without vLLM the eval must still run on the GPU
+    (an H200 run in session 26 failed on mixed devices inside an Unsloth SFT run without this)."""
+    import torch
+
+    from appliance.generate import hf
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert hf.generation_device() == "cuda"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert hf.generation_device() == "cpu"
+    monkeypatch.setattr(hf, "generation_device", lambda: "meta")  # a device a CPU machine has, other than cpu
+    assert next(HFGenerator.load(str(tiny_model_dir)).model.parameters()).device.type == "meta"
+    assert next(HFGenerator.load(str(tiny_model_dir), device="cpu").model.parameters()).device.type == "cpu"
+
+
 def test_asking_for_vllm_without_it_is_one_sentence(monkeypatch):
     import importlib.util
 

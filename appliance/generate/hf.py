@@ -64,12 +64,17 @@ class HFGenerator(Generator):
         adapter: str | Path | None = None,
         dtype: str = "float32",
         batch_size: int = 16,
+        device: str | None = None,
     ) -> "HFGenerator":
-        """Load a model spec (catalogue name, directory or hub id) and an optional LoRA adapter."""
+        """Load a model spec (catalogue name, directory or hub id) and an optional LoRA adapter.
+
+        `device` None means the GPU when there is one (`generation_device`): transformers loads onto
+        the CPU, and a GPU machine without vLLM generates here.
+        """
         from appliance.models import load_model
 
         loaded, tokenizer = load_model(model, adapter=adapter, dtype=dtype)
-        return cls(loaded, tokenizer, batch_size=batch_size)
+        return cls(loaded.to(device or generation_device()), tokenizer, batch_size=batch_size)
 
     def generate(
         self,
@@ -379,6 +384,18 @@ class HFGenerator(Generator):
         while length > 0 and row[length - 1] == self.pad_id:  # padding after a stop-string finish
             length -= 1
         return length, False
+
+
+def generation_device() -> str:
+    """Where a model loaded for generation goes: "cuda" when a GPU is visible, else "cpu".
+
+    Seen on an H200 (session 26): an eval inside an Unsloth SFT run kept its fresh copy of the model on the
+    CPU, where Unsloth's patched rotary embedding put its cos/sin table on the GPU, and the first forward
+    failed on mixed devices; it also meant every eval on a GPU machine without vLLM ran on the CPU.
+    """
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def _positions(mask: Any) -> Any:
