@@ -656,6 +656,21 @@ def test_dpo_loads_the_model_as_sft_does_without_vllm(tiny_model_dir):
     assert backend.settings_in_force(config) == {"standby": config.standby}  # no vLLM share to report
 
 
+def test_grpo_on_unsloth_without_vllm_is_one_sentence_before_the_model_loads(tiny_model_dir, monkeypatch):
+    import importlib.util
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real_find_spec(name, *a))
+    loader = FakeFastLanguageModel()
+    backend = bare_unsloth_backend()
+    backend.FastLanguageModel = loader
+    with pytest.raises(ApplianceError, match="GRPO on the unsloth backend samples with a colocated vLLM engine"):
+        backend.load_for_training(TrainConfig(stage="grpo", model=str(tiny_model_dir)))
+    assert loader.loaded == {}  # refused before Unsloth's loader was asked for anything
+    backend.load_for_training(TrainConfig(stage="sft", model=str(tiny_model_dir)))  # SFT samples nothing
+    assert loader.loaded["fast_inference"] is False
+
+
 def test_a_dpo_checkpoint_on_unsloth_holds_the_trained_adapter_not_the_reference(tiny_model_dir, tmp_path):
     import torch
     from peft import LoraConfig, get_peft_model

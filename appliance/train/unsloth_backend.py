@@ -124,6 +124,20 @@ def max_lora_rank_in_force(config: TrainConfig) -> int:
     return vllm_lora_rank(max(config.max_lora_rank, lora_shape(config)["r"]))
 
 
+def require_vllm_for_sampling() -> None:
+    """GRPO here samples through the colocated vLLM engine; without vLLM, say so before the model loads.
+
+    Unsloth's loader raises a bare ImportError instead (unsloth 2026.10.9 models/loader.py:1383, "Please install
+    vLLM before enabling `fast_inference`"), which would reach the user as an internal error. A GPU without vLLM
+    is real: the H200 lent in session 26 ran our Unsloth SFT but could not have run its GRPO.
+    """
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:
+        raise ApplianceError("GRPO on the unsloth backend samples with a colocated vLLM engine and vLLM is not "
+                             "installed; install the GPU extra (pip install 'rl-appliance[gpu]') or use --backend cpu.")
+
+
 def _keep_vllm_scratch_in(model: Any, folder: Path) -> None:
     """Root the relative folders the patched trainer hands `load_lora` (./vllm_gen_lora, ...) in `folder`.
 
@@ -184,6 +198,8 @@ class UnslothBackend:
 
         shape = lora_shape(config)
         grpo = config.stage == "grpo"
+        if grpo:
+            require_vllm_for_sampling()
         model, tokenizer = self.FastLanguageModel.from_pretrained(
             model_name=local_model_dir(resolve_model(config.model)),
             max_seq_length=config.max_seq_length,
