@@ -131,9 +131,9 @@ def require_vllm_for_sampling() -> None:
     vLLM before enabling `fast_inference`"), which would reach the user as an internal error. A GPU without vLLM
     is real: the H200 lent in session 26 ran our Unsloth SFT but could not have run its GRPO.
     """
-    import importlib.util
+    from ..generate.vllm import vllm_available
 
-    if importlib.util.find_spec("vllm") is None:
+    if not vllm_available():
         raise ApplianceError("GRPO on the unsloth backend samples with a colocated vLLM engine and vLLM is not "
                              "installed; install the GPU extra (pip install 'rl-appliance[gpu]') or use --backend cpu.")
 
