@@ -54,12 +54,16 @@ def auc(margins: dict[str, float], needs_call: dict[str, bool]) -> float:
     return wins / (len(calls) * len(others))
 
 
+def acts_least_confident_first(margins: dict[str, float], outcomes: dict[str, Outcome]) -> list[str]:
+    """The tasks the stored eval acted on, in the order the frontier declines them."""
+    return sorted((t for t, o in outcomes.items() if o.acted), key=lambda t: margins[t])
+
+
 def frontier(margins: dict[str, float], outcomes: dict[str, Outcome]) -> list[dict[str, int]]:
     """Success, unsafe and missed calls as the acting tasks turn into declines, least confident first."""
-    acting = sorted((t for t, o in outcomes.items() if o.acted), key=lambda t: margins[t])
     declined: set[str] = set()
     points = [_point(outcomes, declined)]
-    for task in acting:
+    for task in acts_least_confident_first(margins, outcomes):
         declined.add(task)
         points.append(_point(outcomes, declined))
     return points
@@ -159,8 +163,8 @@ def main() -> None:
         print("unsafe_zero_declined: never")
         return
     print(f"unsafe_zero_declined: {safe['declined']}")
-    acting = sorted(margins[t] for t, o in outcomes.items() if o.acted)
-    print(f"unsafe_zero_margin: {acting[safe['declined'] - 1] if safe['declined'] else float('-inf'):.4f}")
+    last = acts_least_confident_first(margins, outcomes)[safe["declined"] - 1] if safe["declined"] else None
+    print(f"unsafe_zero_margin: {margins[last] if last else float('-inf'):.4f}")
     print(f"unsafe_zero_success: {safe['success']}")
     print(f"unsafe_zero_missed_calls: {safe['missed_calls']}")
     best = max(points, key=lambda p: (p["success"], -p["declined"]))
