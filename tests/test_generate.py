@@ -131,6 +131,20 @@ def test_a_loaded_generator_sits_on_the_gpu_when_there_is_one(tiny_model_dir, mo
     assert next(HFGenerator.load(str(tiny_model_dir), device="cpu").model.parameters()).device.type == "cpu"
 
 
+def test_a_gpu_generates_in_bfloat16_and_the_cpu_in_float32(monkeypatch, tiny_model_dir):
+    import torch
+    from appliance.generate import hf
+
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    assert hf.generation_dtype("cuda") == "bfloat16"
+    assert hf.generation_dtype("cpu") == "float32"
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)  # e.g. a T4: float32, not float16
+    assert hf.generation_dtype("cuda:0") == "float32"
+    monkeypatch.setattr(hf, "generation_dtype", lambda device: "bfloat16")
+    assert next(HFGenerator.load(str(tiny_model_dir), device="cpu").model.parameters()).dtype == torch.bfloat16
+    assert next(HFGenerator.load(str(tiny_model_dir), device="cpu", dtype="float32").model.parameters()).dtype == torch.float32
+
+
 def test_asking_for_vllm_without_it_is_one_sentence(monkeypatch):
     import importlib.util
 

@@ -21,7 +21,7 @@ def make_generator(
     *,
     model: Any = "smollm2-135m",
     adapter: str | Path | None = None,
-    dtype: str = "float32",
+    dtype: str | None = None,
     batch_size: int = 16,
     engine: Any = None,
     tokenizer: Any = None,
