@@ -229,6 +229,7 @@ _TRAIN_FLAGS = (  # (flag, TrainConfig field, type, the stages that take it; Non
     ("--max-no-call-share", "max_no_call_share", float, ("grpo",)),
     ("--guide-failed-groups", "guide_failed_groups", bool, ("grpo",)),
     ("--keep-decisions", "keep_decisions", bool, ("grpo",)),
+    ("--resample-flat-groups", "resample_flat_groups", int, ("grpo",)),
     ("--strict", "strict", bool, None),
     ("--sft-anchor", "sft_anchor", float, ("grpo",)), ("--sft-anchor-batch", "sft_anchor_batch", int, ("grpo",)),
     ("--pairs-from", "pairs_from", str, ("dpo",)), ("--pairs-per-task", "pairs_per_task", int, ("dpo",)),

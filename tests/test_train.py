@@ -163,6 +163,35 @@ def test_guided_grpo_trains_on_the_reference_answer_where_no_sample_succeeded(co
     assert all(r[4] > 0 for r in rows)  # the exact reward ranks it first in its group
 
 
+def test_dynamic_sampling_trains_and_records_the_refilled_prompts_tasks(config, monkeypatch):
+    """Every group ties under a constant reward, so each round refills both slots from the unused train tasks;
+    the stored rollouts must name the tasks of the prompts finally sampled, not the ones TRL's sampler drew."""
+    from appliance.generate.hf import HFGenerator
+    from appliance.models import load_model
+    from appliance.packs import load_pack
+    from appliance.store import Workspace
+    from appliance.train.grpo import grpo_rows
+
+    calls = []
+    generate = HFGenerator.generate
+
+    def spy(self, prompts, **kwargs):
+        calls.append(list(prompts))
+        return generate(self, prompts, **kwargs)
+
+    monkeypatch.setattr(HFGenerator, "generate", spy)
+    result = run_grpo(dataclasses.replace(config, resample_flat_groups=3), reward_funcs=[constant_reward],
+                      reward_weights=[1.0])
+    pack, (_, tokenizer) = load_pack(config.pack), load_model(config.model)
+    task_of = {row["prompt"]: row["task_id"] for row in grpo_rows(pack, tokenizer, "train")}
+    assert [len(c) for c in calls] == [2, 2]  # 4 train tasks: TRL's 2, then the 2 unused; then none are left
+    assert not set(calls[0]) & set(calls[1])
+    _, rows = Workspace.open(config.workspace).query(
+        "SELECT task_id, count(*), any_value(prompt) FROM rollouts WHERE run_id = ? GROUP BY 1 ORDER BY 1",
+        [result.run_id])
+    assert rows == sorted((task_of[p], 4, p) for p in calls[1])
+
+
 def test_strict_grpo_holds_each_rollout_to_its_prompts_tools(config, monkeypatch):
     from appliance.generate.hf import HFGenerator
     from appliance.models import load_model

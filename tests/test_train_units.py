@@ -297,9 +297,51 @@ def test_guided_rollout_puts_the_reference_answer_last_in_groups_without_a_succe
     assert seen == ["t1"]  # one success is enough; a prompt without a reference is not verified
 
 
+def test_dynamic_sampling_replaces_only_flat_groups_with_unused_prompts_for_a_limited_number_of_rounds():
+    from types import SimpleNamespace
+
+    from appliance.train.rollout import FlatGroupRefill
+
+    rows = [{"prompt": p, "task_id": f"t-{p}", "prompt_tokens": len(p)} for p in ("a", "b", "c", "d", "e")]
+    scored = []
+
+    def score(task_ids, texts):  # a sample is right when its text names its own task
+        scored.append(task_ids[0])
+        return [float(text == task_id) for task_id, text in zip(task_ids, texts)]
+
+    def samples(*texts):
+        return [SimpleNamespace(text=t) for t in texts]
+
+    drawn = []
+
+    def sample(prompts, size):  # "c" and "d" come back flat, anything else mixed
+        drawn.append(list(prompts))
+        return [samples(*["x"] * size) if p in ("c", "d") else samples(f"t-{p}", *["x"] * (size - 1)) for p in prompts]
+
+    refill = FlatGroupRefill(rows, score, rounds=2, seed=0)
+    groups, kept = refill.refill([("a", 2), ("b", 2)], [samples("t-a", "x"), samples("x", "x")], sample)
+    assert groups[0] == ("a", 2) and kept[0][0].text == "t-a"  # informative: kept in its slot
+    assert groups[1][0] not in ("a", "b") and [len(d) for d in drawn] in ([1], [1, 1])  # one slot refilled
+    assert all(p not in ("a", "b") for d in drawn for p in d) and len({p for d in drawn for p in d}) == len(drawn)
+    refilled = groups[1][0]
+    assert refill.columns(groups) == {"task_id": ["t-a", "t-a", f"t-{refilled}", f"t-{refilled}"],
+                                      "prompt_tokens": [1, 1, 1, 1], "sampled_prompt": ["a", "a", refilled, refilled]}
+
+    drawn.clear()
+    flat = FlatGroupRefill(rows, lambda ids, texts: [0.0] * len(texts), rounds=3, seed=1)
+    groups, _ = flat.refill([("a", 2), ("b", 2)], [samples("x", "x"), samples("x", "x")], sample)
+    assert [len(d) for d in drawn] == [2, 1]  # 3 unused prompts: two, then the last one, then none left
+    assert {groups[0][0], groups[1][0]} <= {"c", "d", "e"}
+
+    drawn.clear()
+    none = FlatGroupRefill(rows, score, rounds=0)
+    assert none.refill([("b", 2)], [samples("x", "x")], sample)[0] == [("b", 2)] and drawn == []
+
+
 @pytest.mark.parametrize("option, capability", [("guide_failed_groups", "supports_guidance"),
                                                 ("sft_anchor", "supports_sft_anchor"),
-                                                ("keep_decisions", "supports_keep_decisions")])
+                                                ("keep_decisions", "supports_keep_decisions"),
+                                                ("resample_flat_groups", "supports_resampling")])
 def test_an_option_of_our_trainer_is_refused_on_a_backend_that_cannot_take_it(option, capability):
     from types import SimpleNamespace
 
@@ -307,7 +349,8 @@ def test_an_option_of_our_trainer_is_refused_on_a_backend_that_cannot_take_it(op
     from appliance.train.grpo import refuse_unsupported_options
 
     updates, events = [], []
-    run = SimpleNamespace(run_id="r", config=TrainConfig(**{option: 1.0 if option == "sft_anchor" else True}),
+    value = {"sft_anchor": 1.0, "resample_flat_groups": 2}.get(option, True)
+    run = SimpleNamespace(run_id="r", config=TrainConfig(**{option: value}),
                           emit=events.append,
                           pack=SimpleNamespace(name="single", max_turns=1),
                           writer=SimpleNamespace(update_run=lambda **row: updates.append(row)),

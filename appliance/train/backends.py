@@ -18,7 +18,7 @@ from ..errors import ApplianceError
 if TYPE_CHECKING:  # pragma: no cover
     from .config import TrainConfig
     from .multiturn import AgentEpisodes
-    from .rollout import Guide
+    from .rollout import FlatGroupRefill, Guide
 
 BACKEND_MODULES = {"cpu": "appliance.train.cpu", "unsloth": "appliance.train.unsloth_backend"}
 
@@ -30,7 +30,8 @@ class Backend(Protocol):
     supports_multi_turn: bool  # whether make_grpo_trainer takes `episodes` (packs with max_turns > 1)
     supports_screening: bool  # whether task_selection=uncertain can score tasks with the training model
     # Optional (read with getattr): `supports_guidance` (make_grpo_trainer accepts a `guide`, an
-    # appliance.train.rollout.Guide, for guide_failed_groups; grpo.py), `supports_sft_anchor` and
+    # appliance.train.rollout.Guide, for guide_failed_groups; grpo.py), `supports_resampling` (it accepts a
+    # `refill`, an appliance.train.rollout.FlatGroupRefill, for resample_flat_groups), `supports_sft_anchor` and
     # `supports_keep_decisions` (its GRPO loss is TRL's, which our trainer mixin extends), `kl_reference` ("start": with beta > 0
     # the KL term is against the starting adapter, TRL's rule; "base": against the base model),
     # `settings_in_force(config)` (settings the backend replaces, as the run gets them) and
@@ -46,12 +47,14 @@ class Backend(Protocol):
     def make_grpo_trainer(self, model: Any, tokenizer: Any, dataset: Any, config: "TrainConfig",
                           args: dict[str, Any], reward_funcs: list[Callable], callbacks: list[Any],
                           trainer_mixin: type | None = None, episodes: "AgentEpisodes | None" = None,
-                          guide: "Guide | None" = None, tools_by_prompt: dict[str, Any] | None = None) -> Any:
+                          guide: "Guide | None" = None, tools_by_prompt: dict[str, Any] | None = None,
+                          refill: "FlatGroupRefill | None" = None) -> Any:
         """A TRL GRPOTrainer (optionally with our mixin first in the MRO) with `args` as GRPOConfig kwargs.
 
         `episodes` (an `appliance.train.multiturn.AgentEpisodes`) makes every rollout a multi-turn episode;
         `guide` (only where `supports_guidance`) gives failed groups the reference answer; `tools_by_prompt`
-        (prompt text → tools) holds the rollouts to those tools' schemas (appliance.generate.strict).
+        (prompt text → tools) holds the rollouts to those tools' schemas (appliance.generate.strict); `refill`
+        (only where `supports_resampling`) replaces flat groups by fresh prompts (resample_flat_groups).
         """
 
     def save_adapter(self, model: Any, out_dir: str) -> None:

@@ -96,7 +96,8 @@ class TrainConfig:
         "GRPO only: distinct prompts per step (each sampled num_generations times)."))
     task_selection: str = field(default="uncertain_by_template", metadata=_help(
         "GRPO: which tasks of its pool to sample prompts from: all; uncertain (before training, keep the "
-        "steps x prompts_per_step tasks whose group of samples is most likely to differ in reward under the "
+        "steps x prompts_per_step (x (1 + resample_flat_groups)) tasks whose group of samples is most likely "
+        "to differ in reward under the "
         "starting policy, scored by the exact probability of the expected answer; single-turn packs); or "
         "uncertain_by_template (the same scores, taken round-robin over templates so every intent is kept)."))
     eval_limit: int = field(default=32, metadata=_help(
@@ -113,6 +114,11 @@ class TrainConfig:
         "GRPO (cpu backend, single-turn packs): in a group where no sample succeeds, the task's reference answer "
         "stands in for the last sample (off-policy guidance, as in LUFFY), so an answer the policy never samples "
         "still earns a positive advantage; such samples are `rollouts.guided`."))
+    resample_flat_groups: int = field(default=0, metadata=_help(
+        "GRPO (cpu backend, single-turn packs): DAPO's dynamic sampling. Up to this many more rounds per step, "
+        "each group whose samples all scored the same (it teaches nothing) is replaced by a fresh prompt of the "
+        "screened pool, sampled anew; 0 = off. The pool keeps (1 + this) times as many tasks to draw from. "
+        "Costs sampling time, not update time."))
     # Off by default: at 1.0 (session 19, on dev) it held the SFT start's answers, unsafe count included, but
     # GRPO then changed only 4 of 120 dev answers (+1.7, −1.7 … +5.0 against the start).
     sft_anchor: float = field(default=0.0, metadata=_help(
@@ -258,6 +264,9 @@ class TrainConfig:
             raise ApplianceError(f"eval_limit must be 0 (the whole split) or a number of tasks, not {self.eval_limit!r}.")
         if self.screen_limit is not None and self.screen_limit < 1:
             raise ApplianceError("screen_limit must be at least 1 (or unset to screen every task).")
+        if not isinstance(self.resample_flat_groups, int) or self.resample_flat_groups < 0:
+            raise ApplianceError(f"resample_flat_groups must be 0 (off) or a number of rounds, "
+                                 f"not {self.resample_flat_groups!r}.")
         if not 0 <= self.sft_anchor < float("inf"):
             raise ApplianceError(f"sft_anchor must be 0 (off) or more, not {self.sft_anchor!r}.")
         if self.sft_anchor_batch < 1:

@@ -99,6 +99,7 @@ class CpuBackend:
     supports_multi_turn = True
     supports_screening = True
     supports_guidance = True  # make_grpo_trainer takes `guide` (guide_failed_groups)
+    supports_resampling = True  # make_grpo_trainer takes `refill` (resample_flat_groups)
     supports_sft_anchor = True  # ApplianceGRPOMixin.compute_loss adds it to TRL's loss (anchor.py)
     supports_keep_decisions = True  # ApplianceGRPOMixin masks TRL's loss (callbacks.leave_decisions_out)
     kl_reference = "start"  # TRL keeps a frozen copy of init_adapter as the KL reference
@@ -145,8 +146,8 @@ class CpuBackend:
     def make_grpo_trainer(self, model: Any, tokenizer: Any, dataset: Any, config: TrainConfig,
                           args: dict[str, Any], reward_funcs: list[Callable], callbacks: list[Any],
                           trainer_mixin: type | None = None, episodes: Any = None, guide: Any = None,
-                          tools_by_prompt: dict[str, Any] | None = None) -> Any:
-        rollout = self.rollout_func(tokenizer, config, episodes, guide, tools_by_prompt)
+                          tools_by_prompt: dict[str, Any] | None = None, refill: Any = None) -> Any:
+        rollout = self.rollout_func(tokenizer, config, episodes, guide, tools_by_prompt, refill)
         trainer = build_grpo_trainer(model, tokenizer, dataset, {**args, **self.backend_args(), "use_vllm": False},
                                      reward_funcs, callbacks, trainer_mixin, rollout_func=rollout)
         reuse_frozen_heads(trainer.model, tokenizer, dataset)
@@ -159,10 +160,10 @@ class CpuBackend:
         return build_dpo_trainer(model, tokenizer, dataset, {**args, **self.backend_args()}, callbacks)
 
     def rollout_func(self, tokenizer: Any, config: TrainConfig, episodes: Any = None, guide: Any = None,
-                     tools_by_prompt: dict[str, Any] | None = None) -> Callable:
+                     tools_by_prompt: dict[str, Any] | None = None, refill: Any = None) -> Callable:
         """Sampling that prefills each prompt once per group (appliance.train.rollout; with `guide`, failed
-        groups get the reference answer), or, given `episodes`, whole multi-turn episodes in the tasks' worlds
-        (appliance.train.multiturn)."""
+        groups get the reference answer; with `refill`, flat groups are replaced by fresh prompts), or, given
+        `episodes`, whole multi-turn episodes in the tasks' worlds (appliance.train.multiturn)."""
         import os
 
         from .multiturn import MultiTurnRollout
@@ -172,7 +173,7 @@ class CpuBackend:
         os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
         if episodes is not None:
             return MultiTurnRollout(tokenizer, config, episodes)
-        return SharedPrefixRollout(tokenizer, config, guide, tools_by_prompt)
+        return SharedPrefixRollout(tokenizer, config, guide, tools_by_prompt, refill)
 
     def save_adapter(self, model: Any, out_dir: str | Path) -> None:
         # DPO adds a frozen "ref" copy of the starting adapter (trl dpo_trainer.py:666-690); only the trained one is saved.

@@ -30,7 +30,7 @@ from .config import TrainConfig
 from .multiturn import MULTI_TURN_CPU_ONLY, agent_episodes, is_multi_turn, turn_limit
 from .presets import filters_zero_variance, grpo_options
 from .recorder import RolloutRecorder
-from .rollout import make_guide, tools_by_prompt_for
+from .rollout import FlatGroupRefill, make_guide, tools_by_prompt_for
 from .screen import screen_rows, screened_pool_or_fail
 
 
@@ -110,6 +110,8 @@ _OPTIONS_OF_OUR_TRAINER = (
     ("sft_anchor", "supports_sft_anchor", None, " (it compiles its own GRPO loss)"),
     ("keep_decisions", "supports_keep_decisions",
      "where an answer's first token is not the whole act-or-decline choice", " (it compiles its own GRPO loss)"),
+    ("resample_flat_groups", "supports_resampling",
+     "whose groups are whole episodes, sampled turn by turn", " (its sampler is vLLM's)"),
 )
 
 
@@ -125,6 +127,23 @@ def refuse_unsupported_options(run: Any) -> None:
             raise fail_run(run, ApplianceError(
                 f"{name} is not available on the {run.backend.name} backend yet{backend_lacks}; use --backend cpu "
                 "or leave it off."))
+
+
+def flat_group_refill_for(run: Any, rows: list[dict[str, Any]], reward_funcs: list[Callable],
+                          reward_weights: list[float] | None) -> FlatGroupRefill | None:
+    """Dynamic sampling over the GRPO pool `rows`, scored by the run's reward (not recorded), or None when off."""
+    if not run.config.resample_flat_groups:
+        return None
+    weights = list(reward_weights) if reward_weights is not None else [1.0] * len(reward_funcs)
+
+    def score(task_ids: list[str], texts: list[str]) -> list[float]:
+        totals = [0.0] * len(texts)
+        for func, weight in zip(reward_funcs, weights):
+            for i, value in enumerate(func(prompts=[""] * len(texts), completions=texts, task_id=task_ids)):
+                totals[i] += weight * (value or 0.0)
+        return totals
+
+    return FlatGroupRefill(rows, score, run.config.resample_flat_groups, seed=run.config.seed)
 
 
 def sft_anchor_for(run: Any, tokenizer: Any) -> Any:
@@ -174,10 +193,11 @@ def run_grpo(config: TrainConfig, *, sink: EventSink = null_sink,
         args["reward_weights"] = list(reward_weights)
     guide = make_guide(run.pack, rows, verify) if run.config.guide_failed_groups else None
     strict = tools_by_prompt_for(run.pack, rows) if run.config.strict and episodes is None else None
+    refill = flat_group_refill_for(run, rows, reward_funcs, reward_weights)
     trainer = run.backend.make_grpo_trainer(model, tokenizer, dataset, run.config, args, recorder.wrapped,
                                             [build_callback(run, recorder=recorder, on_eval=on_eval)],
                                             trainer_mixin=ApplianceGRPOMixin, episodes=episodes, guide=guide,
-                                            tools_by_prompt=strict)
+                                            tools_by_prompt=strict, refill=refill)
     trainer.appliance_recorder = recorder
     trainer.appliance_filter_zero_variance = filters_zero_variance(run.config.preset)
     trainer.appliance_anchor = sft_anchor_for(run, tokenizer)

@@ -87,6 +87,7 @@ class RolloutRecorder:
         guided = kwargs.get("guided") or [False] * len(completions)  # guide_failed_groups (rollout.py)
         # A multi-turn episode is stored as its transcript (chat markers kept), not TRL's marker-less decode.
         completions = kwargs.get("transcript") or completions
+        prompts = kwargs.get("sampled_prompt") or prompts  # a flat group's refill (rollout.FlatGroupRefill)
         seen = self._samples_before_this_rank([str(t) for t in task_ids[:len(completions)]])
         rows = []
         for i, (prompt, completion) in enumerate(zip(prompts, completions)):

@@ -21,11 +21,21 @@ session 5), so those groups are flat or teach only the decision to act; the
 reference gives the right answer a positive advantage and the policy's own wrong
 attempts a negative one. The returned `guided` column (one flag per completion)
 reaches the reward functions as a keyword and the store's `rollouts.guided`.
+
+With a `FlatGroupRefill` (`resample_flat_groups`), a group whose samples all
+earn the same reward is replaced by a fresh prompt from the pool, sampled anew,
+for up to that many rounds: DAPO's dynamic sampling (Yu et al., 2025, "DAPO: An
+Open-Source LLM Reinforcement Learning System at Scale"). Why: a flat group has
+advantage 0 everywhere, and on the CPU defaults 75-100% of a step's groups were
+flat (session 27), so most steps updated on one informative group or none. The
+rollout returns each row's `task_id`, `prompt_tokens` and `sampled_prompt`, which
+TRL hands to the reward functions (and so to the store's rollouts) in place of the dataset row's.
 """
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+import random
+from dataclasses import dataclass, field
 from itertools import groupby
 from typing import Any, Callable
 
@@ -48,6 +58,56 @@ class Guide:
         return found is not None and not any(self.succeeded(found[0], text) for text in texts)
 
 
+Group = tuple[str, int]  # (prompt text, samples drawn for it)
+
+
+@dataclass
+class FlatGroupRefill:
+    """What dynamic sampling needs: the pool's rows (`prompt`, `task_id`, `prompt_tokens`), a scorer
+    `score(task_ids, texts) -> rewards` (the run's reward, unrecorded) and how many rounds to try."""
+
+    rows: list[dict[str, Any]]
+    score: Callable[[list[str], list[str]], list[float]]
+    rounds: int
+    seed: int = 0
+    rng: random.Random = field(init=False, repr=False)
+    by_prompt: dict[str, dict[str, Any]] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.rng = random.Random(self.seed)
+        self.by_prompt = {row["prompt"]: row for row in self.rows}
+
+    def is_flat(self, prompt: str, texts: list[str]) -> bool:
+        rewards = self.score([self.by_prompt[prompt]["task_id"]] * len(texts), texts)
+        return max(rewards) - min(rewards) < 1e-9
+
+    def refill(self, groups: list[Group], samples: list[list[Any]],
+               sample: Callable[[list[str], int], list[list[Any]]]) -> tuple[list[Group], list[list[Any]]]:
+        """Replace flat groups (in place of their slot, same size) by fresh prompts, round after round."""
+        groups, samples = list(groups), list(samples)
+        used = {prompt for prompt, _ in groups}
+        for _ in range(self.rounds):
+            flat = [i for i, (prompt, _) in enumerate(groups) if self.is_flat(prompt, [s.text for s in samples[i]])]
+            unused = [row["prompt"] for row in self.rows if row["prompt"] not in used]
+            fresh = self.rng.sample(unused, min(len(flat), len(unused)))
+            if not fresh:
+                break
+            used.update(fresh)
+            for size in dict.fromkeys(groups[i][1] for i in flat[:len(fresh)]):
+                slots = [i for i in flat[:len(fresh)] if groups[i][1] == size]
+                prompts = [fresh[flat.index(i)] for i in slots]
+                for slot, prompt, drawn in zip(slots, prompts, sample(prompts, size)):
+                    groups[slot], samples[slot] = (prompt, size), drawn
+        return groups, samples
+
+    def columns(self, groups: list[Group]) -> dict[str, list[Any]]:
+        """Each row's dataset columns for the reward functions and the recorder, refilled prompts included."""
+        rows = [self.by_prompt[prompt] for prompt, n in groups for _ in range(n)]
+        # TRL hands reward functions the dataset's prompt texts whatever a rollout returns: `sampled_prompt` is the real one.
+        return {"task_id": [row["task_id"] for row in rows], "prompt_tokens": [row.get("prompt_tokens") for row in rows],
+                "sampled_prompt": [row["prompt"] for row in rows]}
+
+
 def tools_by_prompt_for(pack: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Each GRPO dataset row's prompt text → the tools its answers are held to under strict decoding."""
     return {row["prompt"]: pack.tools_for(pack.task(row["task_id"])) for row in rows}
@@ -65,12 +125,13 @@ class SharedPrefixRollout:
     """A TRL `rollout_func(prompts, trainer)`: one completion per (repeated) prompt, in order."""
 
     def __init__(self, tokenizer: Any, config: TrainConfig, guide: Guide | None = None,
-                 tools_by_prompt: dict[str, Any] | None = None) -> None:
+                 tools_by_prompt: dict[str, Any] | None = None, refill: FlatGroupRefill | None = None) -> None:
         from appliance.generate.hf import answer_token_ids
 
         self.tokenizer = tokenizer
         self.config = config
         self.guide = guide
+        self.refill = refill
         self.tools_by_prompt = tools_by_prompt  # prompt text → the tools its samples are held to (config.strict)
         # Each reference answer as the sampler would emit it, tokenized once for the run, not once per group.
         prompts = list(guide.references) if guide else []
@@ -84,17 +145,21 @@ class SharedPrefixRollout:
         # TRL's sampler repeats each prompt num_generations times in a row: one group = one run.
         groups = [(prompt, len(list(run))) for prompt, run in groupby(texts)]
         generator = HFGenerator(trainer.model, self.tokenizer, batch_size=len(texts))
+
+        def sample(prompts: list[str], size: int) -> list[list[Any]]:
+            held_to = self.tools_by_prompt
+            return generator.generate(prompts, n=size, temperature=self.config.temperature, top_p=1.0,
+                                      max_new_tokens=self.config.max_completion_tokens,
+                                      strict_tools=None if held_to is None else [held_to[p] for p in prompts])
+
         per_group: list[list[Any]] = [[] for _ in groups]
         with sampling_mode(trainer.model):
             for size in dict.fromkeys(n for _, n in groups):  # usually one size: num_generations
                 indices = [i for i, (_, n) in enumerate(groups) if n == size]
-                prompts = [groups[i][0] for i in indices]
-                held_to = self.tools_by_prompt
-                samples = generator.generate(prompts, n=size, temperature=self.config.temperature, top_p=1.0,
-                                             max_new_tokens=self.config.max_completion_tokens,
-                                             strict_tools=None if held_to is None else [held_to[p] for p in prompts])
-                for index, group_samples in zip(indices, samples):
+                for index, group_samples in zip(indices, sample([groups[i][0] for i in indices], size)):
                     per_group[index] = group_samples
+            if self.refill is not None:
+                groups, per_group = self.refill.refill(groups, per_group, sample)
         completions = [[list(sample.token_ids) for sample in group] for group in per_group]
         guided = [[False] * len(group) for group in completions]
         if self.guide is not None:
@@ -107,6 +172,8 @@ class SharedPrefixRollout:
                   "logprobs": None}
         if self.guide is not None:
             output["guided"] = [flag for flags in guided for flag in flags]
+        if self.refill is not None:
+            output.update(self.refill.columns(groups))
         return output
 
 

@@ -8,7 +8,8 @@ teacher-forced forward pass, `HFGenerator.completion_logprobs`). A group of n
 samples then differs with chance at least `1 - p^n - (1 - p)^n` when the
 expected answer is the only one that succeeds (equivalent answers only add to
 `p`). `task_selection=uncertain` keeps the `steps x prompts_per_step` tasks
-with the highest chance, so each step's prompts are ones it can learn from.
+with the highest chance, so each step's prompts are ones it can learn from
+(`x (1 + resample_flat_groups)` with dynamic sampling, which refills flat groups from the same pool).
 
 Measured in `make run` (workplace-single's 600 train tasks, its SFT adapter,
 smollm2-135m, T 1.0): a group of 4 varies with chance 0.42 on average over all
@@ -151,7 +152,8 @@ def screen_rows(run: Any, model: Any, tokenizer: Any, rows: list[dict[str, Any]]
     screened = load_screening(path) if path.is_file() else None
     if screened is None:
         tasks = {row["task_id"]: run.pack.task(row["task_id"]) for row in rows}
-        keep = config.steps * config.prompts_per_step
+        # Dynamic sampling draws its fresh prompts from this pool too: room for each round's.
+        keep = config.steps * config.prompts_per_step * (1 + config.resample_flat_groups)
         no_call, cap = frozenset(), None
         if config.max_no_call_share is not None:
             no_call = frozenset(task_id for task_id, task in tasks.items() if not task.expected)

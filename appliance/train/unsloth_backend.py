@@ -236,11 +236,14 @@ class UnslothBackend:
     def make_grpo_trainer(self, model: Any, tokenizer: Any, dataset: Any, config: TrainConfig,
                           args: dict[str, Any], reward_funcs: list[Callable], callbacks: list[Any],
                           trainer_mixin: type | None = None, episodes: Any = None, guide: Any = None,
-                          tools_by_prompt: dict[str, Any] | None = None) -> Any:
+                          tools_by_prompt: dict[str, Any] | None = None, refill: Any = None) -> Any:
         if episodes is not None:
             raise ApplianceError(MULTI_TURN_CPU_ONLY)
-        if guide is not None:  # grpo.py refuses it before the model loads (supports_guidance is not set)
+        # grpo.py refuses both before the model loads (supports_guidance and supports_resampling are not set)
+        if guide is not None:
             raise ApplianceError("guide_failed_groups is not available on the unsloth backend yet.")
+        if refill is not None:
+            raise ApplianceError("resample_flat_groups is not available on the unsloth backend yet.")
         _keep_vllm_scratch_in(model, Path(args["output_dir"]).resolve() / VLLM_SCRATCH_DIR)
         # Unsloth patched TRL's classes on import: colocate mode samples through its shared-weight vLLM engine.
         colocated = {"use_vllm": True, "vllm_mode": "colocate",
