@@ -180,8 +180,10 @@ def test_dynamic_sampling_trains_and_records_the_refilled_prompts_tasks(config, 
         return generate(self, prompts, **kwargs)
 
     monkeypatch.setattr(HFGenerator, "generate", spy)
+    seen = []
     result = run_grpo(dataclasses.replace(config, resample_flat_groups=3), reward_funcs=[constant_reward],
-                      reward_weights=[1.0])
+                      reward_weights=[1.0], sink=seen.append)
+    assert next(e for e in seen if e.type == "step_metrics").metrics["groups_refilled"] == 2
     pack, (_, tokenizer) = load_pack(config.pack), load_model(config.model)
     task_of = {row["prompt"]: row["task_id"] for row in grpo_rows(pack, tokenizer, "train")}
     assert [len(c) for c in calls] == [2, 2]  # 4 train tasks: TRL's 2, then the 2 unused; then none are left

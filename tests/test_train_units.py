@@ -331,6 +331,7 @@ def test_dynamic_sampling_replaces_only_flat_groups_with_unused_prompts_for_a_li
     flat = FlatGroupRefill(rows, lambda ids, texts: [0.0] * len(texts), rounds=3, seed=1)
     groups, _ = flat.refill([("a", 2), ("b", 2)], [samples("x", "x"), samples("x", "x")], sample)
     assert [len(d) for d in drawn] == [2, 1]  # 3 unused prompts: two, then the last one, then none left
+    assert flat.last_refilled == 3
     assert {groups[0][0], groups[1][0]} <= {"c", "d", "e"}
 
     drawn.clear()

@@ -8,8 +8,9 @@
 
 `ApplianceGRPOMixin` goes first in the GRPOTrainer's MRO: it times generation
 + scoring, hands TRL's advantages to the recorder, (keep_decisions) takes the
-act-or-decline choice out of the loss, and (dapo preset) drops zero-variance
-groups from the loss (see presets.py).
+act-or-decline choice out of the loss, (dapo preset) drops zero-variance
+groups from the loss (see presets.py), and logs how many flat groups dynamic
+sampling refilled (`groups_refilled`, resample_flat_groups).
 """
 from __future__ import annotations
 
@@ -157,6 +158,9 @@ class ApplianceGRPOMixin:
                                            [row.get("reward", 0.0) for row in rows], self.num_generations,
                                            self.appliance_scale_rewards)
             self._metrics[mode]["frac_declines_left_out"].append(left_out)
+        refill = getattr(getattr(self, "rollout_func", None), "refill", None)  # resample_flat_groups
+        if refill is not None and mode == "train":
+            self._metrics[mode]["groups_refilled"].append(float(refill.last_refilled))
         if self.appliance_recorder is not None:  # the advantages the loss uses, recomputed or TRL's
             self.appliance_recorder.set_advantages(output["advantages"].tolist())
             self.appliance_recorder.set_generation_latency(elapsed)

@@ -73,6 +73,7 @@ class FlatGroupRefill:
     seed: int = 0
     rng: random.Random = field(init=False, repr=False)
     by_prompt: dict[str, dict[str, Any]] = field(init=False, repr=False)
+    last_refilled: int = field(default=0, init=False)  # slots refilled in the last call (the groups_refilled metric)
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
@@ -87,6 +88,7 @@ class FlatGroupRefill:
         """Replace flat groups (in place of their slot, same size) by fresh prompts, round after round."""
         groups, samples = list(groups), list(samples)
         used = {prompt for prompt, _ in groups}
+        self.last_refilled = 0
         for _ in range(self.rounds):
             flat = [i for i, (prompt, _) in enumerate(groups) if self.is_flat(prompt, [s.text for s in samples[i]])]
             unused = [row["prompt"] for row in self.rows if row["prompt"] not in used]
@@ -94,6 +96,7 @@ class FlatGroupRefill:
             if not fresh:
                 break
             used.update(fresh)
+            self.last_refilled += len(fresh)
             for size in dict.fromkeys(groups[i][1] for i in flat[:len(fresh)]):
                 slots = [i for i in flat[:len(fresh)] if groups[i][1] == size]
                 prompts = [fresh[flat.index(i)] for i in slots]
