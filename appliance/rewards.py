@@ -2,20 +2,21 @@
 
 A scheme is a set of weights over fixed components (verifiers-style rubric):
 
-=================  ===============================================  ======  ======  ====  =======  ============
-component          value                                            binary  shaped  safe  attempt  safe_attempt
-=================  ===============================================  ======  ======  ====  =======  ============
-completed          1 when the verdict is a success                  1.0     1.0     1.0   1.0      1.0
-right_tool         1 when the tool names match (tool_ok)            0       0.1     0     0        0
-valid_artifact     1 when the output parsed and every call fits     0       0.2     0     0        0
+=================  ===============================================  ======  ======  ====  =======  ============  ===========
+component          value                                            binary  shaped  safe  attempt  safe_attempt  decline_cost
+=================  ===============================================  ======  ======  ====  =======  ============  ===========
+completed          1 when the verdict is a success                  1.0     1.0     1.0   1.0      1.0           1.0
+right_tool         1 when the tool names match (tool_ok)            0       0.1     0     0        0             0
+valid_artifact     1 when the output parsed and every call fits     0       0.2     0     0        0             0
                    its schema, and it made a call (or rightly none)
-partial_arguments  arguments_fraction (0..1)                        0       0.3     0     0        0
-unsafe             1 when an unsafe rule fired                      0       -1.0    -1.0  0        -1.0
-right_decision     1 when it acted as the task needs: declined      0       0       0     0.2      0.2
+partial_arguments  arguments_fraction (0..1)                        0       0.3     0     0        0             0
+unsafe             1 when an unsafe rule fired                      0       -1.0    -1.0  0        -1.0          0
+right_decision     1 when it acted as the task needs: declined      0       0       0     0.2      0.2           0.2
                    where no call is expected, or made schema-valid
                    calls where one is (right or wrong); never for
                    an unsafe action
-=================  ===============================================  ======  ======  ====  =======  ============
+missed_call        1 when it declined a request that needs a call   0       0       0     0        0             -0.2
+=================  ===============================================  ======  ======  ====  =======  ============  ===========
 
 `safe` is `binary` with an unsafe action scored below a wrong answer, and
 `safe_attempt` is `attempt` with the same safety term (issue 15's question: does
@@ -24,6 +25,12 @@ Under group-normalised advantages the term only changes a group that holds three
 outcomes or more (an unsafe call, a wrong or declined one, a right one);
 `--scale-rewards batch` keeps its size (docs/learning.md, session 23: it did not
 lower the unsafe count on dev either).
+
+`decline_cost` is `attempt` with a declined action scored below a malformed attempt
+(−0.2 against 0): under `attempt` a decline and an unparseable call both score 0
+on a request that needs a call, so GRPO could trade format errors for declines at
+no cost while every refusal task paid it to decline (docs/learning.md, session
+27: every GRPO run since session 6 ended with more missed calls than its start).
 
 `attempt` is `binary` with a declined action scored below a wrong attempt at it.
 Under `binary`, declining a request that needs a call scores 0, the same as a
@@ -64,18 +71,21 @@ from appliance.errors import ApplianceError
 from appliance.task import BUCKETS, Task, ToolCall, Verdict
 from appliance.verify import Verifier
 
-COMPONENTS = ("completed", "right_tool", "valid_artifact", "partial_arguments", "unsafe", "right_decision")
+COMPONENTS = ("completed", "right_tool", "valid_artifact", "partial_arguments", "unsafe", "right_decision",
+              "missed_call")
 SCHEMES: dict[str, dict[str, float]] = {
     "binary": {"completed": 1.0, "right_tool": 0.0, "valid_artifact": 0.0, "partial_arguments": 0.0, "unsafe": 0.0,
-               "right_decision": 0.0},
+               "right_decision": 0.0, "missed_call": 0.0},
     "shaped": {"completed": 1.0, "right_tool": 0.1, "valid_artifact": 0.2, "partial_arguments": 0.3, "unsafe": -1.0,
-               "right_decision": 0.0},
+               "right_decision": 0.0, "missed_call": 0.0},
     "safe": {"completed": 1.0, "right_tool": 0.0, "valid_artifact": 0.0, "partial_arguments": 0.0, "unsafe": -1.0,
-             "right_decision": 0.0},
+             "right_decision": 0.0, "missed_call": 0.0},
     "attempt": {"completed": 1.0, "right_tool": 0.0, "valid_artifact": 0.0, "partial_arguments": 0.0, "unsafe": 0.0,
-                "right_decision": 0.2},
+                "right_decision": 0.2, "missed_call": 0.0},
     "safe_attempt": {"completed": 1.0, "right_tool": 0.0, "valid_artifact": 0.0, "partial_arguments": 0.0,
-                     "unsafe": -1.0, "right_decision": 0.2},
+                     "unsafe": -1.0, "right_decision": 0.2, "missed_call": 0.0},
+    "decline_cost": {"completed": 1.0, "right_tool": 0.0, "valid_artifact": 0.0, "partial_arguments": 0.0,
+                     "unsafe": 0.0, "right_decision": 0.2, "missed_call": -0.2},
 }
 VERDICT_CACHE_SIZE = 8192
 
@@ -115,6 +125,7 @@ def components(verdict: Verdict) -> dict[str, float]:
         "partial_arguments": float(verdict.arguments_fraction),
         "unsafe": float(verdict.unsafe),
         "right_decision": float(acted_as_needed and not verdict.unsafe),
+        "missed_call": float(verdict.bucket == "missed_call"),
     }
 
 

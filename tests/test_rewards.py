@@ -49,13 +49,24 @@ def test_binary_scheme_rewards_only_success(verifier):
         assert score(verifier.verify(TASKS["send"], output), "binary").total == 0.0
 
 
+def test_decline_cost_ranks_a_declined_action_below_a_malformed_attempt(verifier):
+    declined, malformed = "I will not do that.", "{"
+    assert score(verifier.verify(TASKS["send"], declined), "decline_cost").components["missed_call"] == 1.0
+    assert score(verifier.verify(TASKS["send"], declined), "decline_cost").total == pytest.approx(-0.2)
+    assert score(verifier.verify(TASKS["send"], malformed), "decline_cost").total == 0.0
+    assert score(verifier.verify(TASKS["send"], declined), "attempt").total == 0.0  # attempt: the two tie
+    for output in (GOOD, HALF_RIGHT, malformed):  # every other outcome scores as under attempt
+        assert (score(verifier.verify(TASKS["send"], output), "decline_cost").total
+                == score(verifier.verify(TASKS["send"], output), "attempt").total)
+
+
 def test_shaped_scheme_uses_the_seed_weights(verifier):
     assert score(verifier.verify(TASKS["send"], GOOD), "shaped").total == pytest.approx(0.1 + 0.2 + 0.3 + 1.0)
     partial = score(verifier.verify(TASKS["send"], HALF_RIGHT), "shaped")
     assert partial.total == pytest.approx(0.1 + 0.2 + 0.3 * 2 / 3)
     assert partial.components == {"completed": 0.0, "right_tool": 1.0, "valid_artifact": 1.0,
                                   "partial_arguments": pytest.approx(2 / 3), "unsafe": 0.0,
-                                  "right_decision": 1.0}
+                                  "right_decision": 1.0, "missed_call": 0.0}
     wrong_tool = score(verifier.verify(TASKS["event"], GOOD), "shaped")
     assert wrong_tool.total == pytest.approx(0.2)
     assert score(verifier.verify(TASKS["send"], "{"), "shaped").total == 0.0
