@@ -28,9 +28,10 @@ for up to that many rounds: DAPO's dynamic sampling (Yu et al., 2025, "DAPO: An
 Open-Source LLM Reinforcement Learning System at Scale"). Why: a flat group has
 advantage 0 everywhere; GRPO from the default SFT start had 32% of its groups
 flat, and from a 60-step SFT start 87% (sessions 26-27), where most steps
-updated on one informative group or none. The
-rollout returns each row's `task_id`, `prompt_tokens` and `sampled_prompt`, which
-TRL hands to the reward functions (and so to the store's rollouts) in place of the dataset row's.
+updated on one informative group or none. The rollout returns each row's
+`task_id`, `prompt_tokens` and `sampled_prompt`, which TRL hands to the reward
+functions (and so to the store's rollouts) in place of the dataset row's. A
+resumed run draws its refills anew (the draw's state is not checkpointed).
 """
 from __future__ import annotations
 
