@@ -90,19 +90,20 @@ class FlatGroupRefill:
         groups, samples = list(groups), list(samples)
         used = {prompt for prompt, _ in groups}
         self.last_refilled = 0
+        to_check = range(len(groups))  # a group found informative stays; only a refilled slot is checked again
         for _ in range(self.rounds):
-            flat = [i for i, (prompt, _) in enumerate(groups) if self.is_flat(prompt, [s.text for s in samples[i]])]
+            flat = [i for i in to_check if self.is_flat(groups[i][0], [s.text for s in samples[i]])]
             unused = [row["prompt"] for row in self.rows if row["prompt"] not in used]
-            fresh = self.rng.sample(unused, min(len(flat), len(unused)))
+            fresh = dict(zip(flat, self.rng.sample(unused, min(len(flat), len(unused)))))  # slot -> new prompt
             if not fresh:
                 break
-            used.update(fresh)
+            used.update(fresh.values())
             self.last_refilled += len(fresh)
-            for size in dict.fromkeys(groups[i][1] for i in flat[:len(fresh)]):
-                slots = [i for i in flat[:len(fresh)] if groups[i][1] == size]
-                prompts = [fresh[flat.index(i)] for i in slots]
-                for slot, prompt, drawn in zip(slots, prompts, sample(prompts, size)):
-                    groups[slot], samples[slot] = (prompt, size), drawn
+            for size in dict.fromkeys(groups[slot][1] for slot in fresh):  # usually one size: num_generations
+                slots = [slot for slot in fresh if groups[slot][1] == size]
+                for slot, drawn in zip(slots, sample([fresh[slot] for slot in slots], size)):
+                    groups[slot], samples[slot] = (fresh[slot], size), drawn
+            to_check = list(fresh)
         return groups, samples
 
     def columns(self, groups: list[Group]) -> dict[str, list[Any]]:
