@@ -366,3 +366,32 @@ def test_completion_logprobs_match_one_unpadded_forward_per_row(loaded, monkeypa
         expected = sum(float(logprobs[len(prompt_ids) - 1 + i, token]) for i, token in enumerate(answer_ids))
         assert value == pytest.approx(expected, abs=1e-3)
     assert generator.completion_logprobs([], []) == []
+
+
+@pytest.mark.parametrize("shared_head", [True, False])
+def test_the_gpu_decode_cache_gives_the_cpu_answers(loaded, monkeypatch, shared_head):
+    """On a GPU the generator decodes into a DynamicCache (a StaticCache makes transformers recompile the
+    forward): the same greedy answers, single rows and groups, with or without a cached head."""
+    from appliance.generate import hf
+
+    model, tokenizer = loaded
+    tools = [{"name": f"tool_{i}", "description": "Does one workplace thing.", "parameters": {}} for i in range(4)]
+    prompts = [render_prompt(tokenizer, "You are helpful.", [{"role": "user", "content": r}], tools) for r in REQUESTS]
+    if not shared_head:
+        monkeypatch.setattr(hf, "MIN_SHARED_PREFIX_TOKENS", 10_000)
+    on_cpu = HFGenerator(model, tokenizer, batch_size=16)
+    as_on_gpu = HFGenerator(model, tokenizer, batch_size=16)
+    as_on_gpu.static_cache = False
+    assert on_cpu.static_cache
+    made, decode_cache = [], HFGenerator._with_decode_cache
+    monkeypatch.setattr(HFGenerator, "_with_decode_cache",
+                        lambda self, *a: made.append(self.static_cache) or decode_cache(self, *a))
+    for generator in (on_cpu, as_on_gpu):
+        made.clear()
+        greedy = generator.generate(prompts, max_new_tokens=12)
+        grouped = generator.generate(prompts, n=3, temperature=1e-4, max_new_tokens=12, seed=0)
+        assert made and set(made) == {generator.static_cache}
+        if generator is on_cpu:
+            expected = texts(greedy)
+        assert texts(greedy) == expected
+        assert texts(grouped) == [[answer[0]] * 3 for answer in expected]
