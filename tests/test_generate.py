@@ -34,6 +34,12 @@ def prompts(loaded):
     return [render_prompt(tokenizer, "You are helpful.", [{"role": "user", "content": r}], []) for r in REQUESTS]
 
 
+def prompts_with_tools(tokenizer):
+    """REQUESTS after a system prompt and four tools: every prompt shares a long head."""
+    tools = [{"name": f"tool_{i}", "description": "Does one workplace thing.", "parameters": {}} for i in range(4)]
+    return [render_prompt(tokenizer, "You are helpful.", [{"role": "user", "content": r}], tools) for r in REQUESTS]
+
+
 def texts(results):
     return [[sample.text for sample in samples] for samples in results]
 
@@ -269,8 +275,7 @@ def test_shared_prompt_head_is_prefilled_once_without_changing_outputs(loaded, m
     from appliance.generate import hf
 
     model, tokenizer = loaded
-    tools = [{"name": f"tool_{i}", "description": "Does one workplace thing.", "parameters": {}} for i in range(4)]
-    prompts = [render_prompt(tokenizer, "You are helpful.", [{"role": "user", "content": r}], tools) for r in REQUESTS]
+    prompts = prompts_with_tools(tokenizer)
     generator = HFGenerator(model, tokenizer, batch_size=8)
     encoded = tokenizer(prompts, add_special_tokens=False)["input_ids"]
     limits = [len(ids) - 1 for ids in encoded]
@@ -328,8 +333,7 @@ def test_groups_of_samples_prefill_each_prompt_once_without_changing_outputs(loa
     from appliance.generate import hf
 
     model, tokenizer = loaded
-    tools = [{"name": f"tool_{i}", "description": "Does one workplace thing.", "parameters": {}} for i in range(4)]
-    prompts = [render_prompt(tokenizer, "You are helpful.", [{"role": "user", "content": r}], tools) for r in REQUESTS]
+    prompts = prompts_with_tools(tokenizer)
     if not shared_head:
         monkeypatch.setattr(hf, "MIN_SHARED_PREFIX_TOKENS", 10_000)
     generator = HFGenerator(model, tokenizer, batch_size=16)
@@ -350,8 +354,7 @@ def test_completion_logprobs_match_one_unpadded_forward_per_row(loaded, monkeypa
     from appliance.generate import hf
 
     model, tokenizer = loaded
-    tools = [{"name": f"tool_{i}", "description": "Does one workplace thing.", "parameters": {}} for i in range(4)]
-    prompts = [render_prompt(tokenizer, "You are helpful.", [{"role": "user", "content": r}], tools) for r in REQUESTS]
+    prompts = prompts_with_tools(tokenizer)
     answers = ['{"name": "tool_1", "arguments": {}}', "No action is needed.", "ok", '{"a": 1}', "Plot"]
     if not shared_head:
         monkeypatch.setattr(hf, "MIN_SHARED_PREFIX_TOKENS", 10_000)
@@ -375,8 +378,7 @@ def test_the_gpu_decode_cache_gives_the_cpu_answers(loaded, monkeypatch, shared_
     from appliance.generate import hf
 
     model, tokenizer = loaded
-    tools = [{"name": f"tool_{i}", "description": "Does one workplace thing.", "parameters": {}} for i in range(4)]
-    prompts = [render_prompt(tokenizer, "You are helpful.", [{"role": "user", "content": r}], tools) for r in REQUESTS]
+    prompts = prompts_with_tools(tokenizer)
     if not shared_head:
         monkeypatch.setattr(hf, "MIN_SHARED_PREFIX_TOKENS", 10_000)
     on_cpu = HFGenerator(model, tokenizer, batch_size=16)
