@@ -339,6 +339,36 @@ def test_dynamic_sampling_replaces_only_flat_groups_with_unused_prompts_for_a_li
     assert none.refill([("b", 2)], [samples("x", "x")], sample)[0] == [("b", 2)] and drawn == []
 
 
+def test_under_keep_decisions_a_group_is_flat_unless_two_of_its_calls_differ():
+    from appliance.train.rollout import FlatGroupRefill
+
+    rows = [{"prompt": "a", "task_id": "t-a", "prompt_tokens": 1}]
+
+    def score(task_ids, texts):  # "no": a decline, left out of the loss; "right" / "wrong": calls
+        return [None if text == "no" else float(text == "right") for text in texts]
+
+    refill = FlatGroupRefill(rows, score, rounds=1)
+    assert refill.is_flat("a", ["right", "no", "no"])  # a call against declines teaches nothing
+    assert refill.is_flat("a", ["wrong", "wrong", "no"]) and refill.is_flat("a", ["no", "no", "no"])
+    assert not refill.is_flat("a", ["right", "wrong", "no"])
+
+
+def test_keep_decisions_refill_scores_a_decline_as_left_out():
+    from types import SimpleNamespace
+
+    from appliance.train.grpo import flat_group_refill_for
+
+    def verify(task_id, text):
+        return SimpleNamespace(parse_ok=text != "garbled", n_calls=0 if text in ("no", "garbled") else 1)
+
+    reward = [lambda prompts, completions, task_id: [float(c == "right") for c in completions]]
+    rows = [{"prompt": "a", "task_id": "t-a"}]
+    for keep, expected in ((True, [1.0, None, 0.0]), (False, [1.0, 0.0, 0.0])):
+        run = SimpleNamespace(config=TrainConfig(stage="grpo", resample_flat_groups=1, keep_decisions=keep))
+        refill = flat_group_refill_for(run, rows, reward, None, verify)
+        assert refill.score(["t-a"] * 3, ["right", "no", "garbled"]) == expected
+
+
 @pytest.mark.parametrize("option, capability", [("guide_failed_groups", "supports_guidance"),
                                                 ("sft_anchor", "supports_sft_anchor"),
                                                 ("keep_decisions", "supports_keep_decisions"),

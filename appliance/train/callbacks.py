@@ -198,8 +198,13 @@ def drop_zero_variance_groups(output: dict[str, Any], group_size: int, gather: C
 
 
 def declined(row: dict[str, Any]) -> bool:
-    """A rollout row whose answer parsed and calls no tool: a decline (a format error is an attempted call)."""
-    return bool(row.get("v_parse_ok")) and not row.get("v_n_calls")
+    """A rollout row whose answer is a decline (`answer_declines`)."""
+    return answer_declines(row.get("v_parse_ok"), row.get("v_n_calls"))
+
+
+def answer_declines(parse_ok: Any, n_calls: Any) -> bool:
+    """An answer that parsed and calls no tool declines; a format error is an attempted call."""
+    return bool(parse_ok) and not n_calls
 
 
 def leave_decisions_out(output: dict[str, Any], declined_rows: list[bool], rewards: list[float], group_size: int,

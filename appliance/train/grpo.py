@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 from ..errors import ApplianceError
 from ..events import EventSink, null_sink
-from .callbacks import ApplianceGRPOMixin, build_callback
+from .callbacks import ApplianceGRPOMixin, answer_declines, build_callback
 from .common import (TrainResult, fail_run, finish_run, prompt_for, start_run, train_with_guard, trainer_args,
                      training_split_or_fail)
 from .config import TrainConfig
@@ -130,17 +130,23 @@ def refuse_unsupported_options(run: Any) -> None:
 
 
 def flat_group_refill_for(run: Any, rows: list[dict[str, Any]], reward_funcs: list[Callable],
-                          reward_weights: list[float] | None) -> FlatGroupRefill | None:
-    """Dynamic sampling over the GRPO pool `rows`, scored by the run's reward (not recorded), or None when off."""
+                          reward_weights: list[float] | None, verify: Callable[..., Any]) -> FlatGroupRefill | None:
+    """Dynamic sampling over the GRPO pool `rows`, scored by the run's reward (not recorded), or None when off.
+
+    Under keep_decisions a decline leaves the loss (callbacks.leave_decisions_out), so it scores None here:
+    a group is flat unless two of its calls differ."""
     if not run.config.resample_flat_groups:
         return None
     weights = list(reward_weights) if reward_weights is not None else [1.0] * len(reward_funcs)
 
-    def score(task_ids: list[str], texts: list[str]) -> list[float]:
-        totals = [0.0] * len(texts)
+    def score(task_ids: list[str], texts: list[str]) -> list[float | None]:
+        totals: list[float | None] = [0.0] * len(texts)
         for func, weight in zip(reward_funcs, weights):
             for i, value in enumerate(func(prompts=[""] * len(texts), completions=texts, task_id=task_ids)):
                 totals[i] += weight * (value or 0.0)
+        if run.config.keep_decisions:
+            verdicts = [verify(task_id, text) for task_id, text in zip(task_ids, texts)]
+            totals = [None if answer_declines(v.parse_ok, v.n_calls) else total for v, total in zip(verdicts, totals)]
         return totals
 
     return FlatGroupRefill(rows, score, run.config.resample_flat_groups, seed=run.config.seed)
@@ -193,7 +199,7 @@ def run_grpo(config: TrainConfig, *, sink: EventSink = null_sink,
         args["reward_weights"] = list(reward_weights)
     guide = make_guide(run.pack, rows, verify) if run.config.guide_failed_groups else None
     strict = tools_by_prompt_for(run.pack, rows) if run.config.strict and episodes is None else None
-    refill = flat_group_refill_for(run, rows, reward_funcs, reward_weights)
+    refill = flat_group_refill_for(run, rows, reward_funcs, reward_weights, verify)
     trainer = run.backend.make_grpo_trainer(model, tokenizer, dataset, run.config, args, recorder.wrapped,
                                             [build_callback(run, recorder=recorder, on_eval=on_eval)],
                                             trainer_mixin=ApplianceGRPOMixin, episodes=episodes, guide=guide,

@@ -66,10 +66,11 @@ Group = tuple[str, int]  # (prompt text, samples drawn for it)
 @dataclass
 class FlatGroupRefill:
     """What dynamic sampling needs: the pool's rows (`prompt`, `task_id`, `prompt_tokens`), a scorer
-    `score(task_ids, texts) -> rewards` (the run's reward, unrecorded) and how many rounds to try."""
+    `score(task_ids, texts) -> rewards` (the run's reward, unrecorded; None for a sample the loss leaves
+    out, a decline under keep_decisions) and how many rounds to try."""
 
     rows: list[dict[str, Any]]
-    score: Callable[[list[str], list[str]], list[float]]
+    score: Callable[[list[str], list[str]], list[float | None]]
     rounds: int
     seed: int = 0
     rng: random.Random = field(init=False, repr=False)
@@ -81,8 +82,9 @@ class FlatGroupRefill:
         self.by_prompt = {row["prompt"]: row for row in self.rows}
 
     def is_flat(self, prompt: str, texts: list[str]) -> bool:
-        rewards = self.score([self.by_prompt[prompt]["task_id"]] * len(texts), texts)
-        return max(rewards) - min(rewards) < 1e-9
+        """No two samples the loss keeps differ in reward, so the group teaches nothing."""
+        rewards = [r for r in self.score([self.by_prompt[prompt]["task_id"]] * len(texts), texts) if r is not None]
+        return len(rewards) < 2 or max(rewards) - min(rewards) < 1e-9
 
     def refill(self, groups: list[Group], samples: list[list[Any]],
                sample: Callable[[list[str], int], list[list[Any]]]) -> tuple[list[Group], list[list[Any]]]:
