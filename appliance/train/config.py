@@ -118,7 +118,7 @@ class TrainConfig:
         "GRPO (cpu backend, single-turn packs): DAPO's dynamic sampling. Up to this many more rounds per step, "
         "each group whose samples all scored the same (it teaches nothing) is replaced by a fresh prompt of the "
         "screened pool, sampled anew; 0 = off. The pool keeps (1 + this) times as many tasks to draw from. "
-        "Costs sampling time, not update time."))
+        "With keep_decisions, a group is flat unless two of its calls differ. Costs sampling time, not update time."))
     # Off by default: at 1.0 (session 19, on dev) it held the SFT start's answers, unsafe count included, but
     # GRPO then changed only 4 of 120 dev answers (+1.7, −1.7 … +5.0 against the start).
     sft_anchor: float = field(default=0.0, metadata=_help(
