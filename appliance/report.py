@@ -240,6 +240,19 @@ def print_compare(cmp: dict[str, Any], *, fmt: str = "table") -> None:
                     f"interval, resampling {d.unit}s: {d.low:+.3f} … {d.high:+.3f}) — {d.verdict}")
         if cmp.get("decoding"):
             out().print(f"note: {cmp['decoding']}")
+        print_moved(cmp.get("moved", []))
+
+
+def print_moved(moved: Sequence[tuple[str, str, int, list[str]]]) -> None:
+    """The answers that changed bucket between the two evals (a table for a person; scripts query eval_samples)."""
+    if not moved:
+        out().print("no task's first answer changed bucket")
+        return
+    fixed = sum(n for _, after, n, _ in moved if after == "success")
+    broken = sum(n for before, _, n, _ in moved if before == "success")
+    print_records(("bucket in a", "bucket in b", "tasks", "e.g."), [(x, y, n, ", ".join(ids)) for x, y, n, ids in moved],
+                  title=f"{sum(m[2] for m in moved)} tasks changed bucket (first samples): {fixed} became "
+                        f"successes, {broken} stopped being one")
 
 
 def print_audit(agreement: dict[str, Any]) -> None:

@@ -152,7 +152,8 @@ def test_eval_compare_has_the_paired_difference_in_every_format(workspace_with_t
     [paired] = [row for metric, row in rows.items() if metric.startswith("success, paired over 4 tasks in ")]
     assert paired["delta"] == pytest.approx(-0.5) and paired["low"] <= paired["delta"] <= paired["high"]
     assert main(["eval", "compare", a, b, "--workspace", str(ws)]) == 0
-    assert "paired-bootstrap interval" in capsys.readouterr().out
+    table = capsys.readouterr().out
+    assert "paired-bootstrap interval" in table and "changed bucket (first samples)" in table
 
 
 def test_evals_stored_before_they_kept_templates_are_compared_by_the_packs_templates(tmp_path, monkeypatch):

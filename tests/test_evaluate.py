@@ -7,6 +7,7 @@ one (slow) runs the real embedded model.
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 import pytest
 
@@ -97,6 +98,11 @@ def test_compare_two_stored_evals(tokenizer, ws):
                     generator=ScriptedGenerator(tokenizer, expected_answer_for(pack, "val")))
     cmp = compare_stored(ws, bad.eval_id, good.eval_id)
     assert cmp["success"].significant_improvement
+    failed_before = {s.task_id: s.verdict.bucket for s in bad.samples if not s.verdict.success}
+    assert all(after == "success" for _, after, _, _ in cmp["moved"])  # every answer of `good` is right
+    assert {before: n for before, _, n, _ in cmp["moved"]} == dict(Counter(failed_before.values()))
+    assert all(set(ids) <= set(failed_before) and 0 < len(ids) <= min(n, 3) for _, _, n, ids in cmp["moved"])
+    assert compare_stored(ws, good.eval_id, good.eval_id)["moved"] == []
     assert dict((n, d) for n, _, _, d in cmp["deltas"])["execution_success_rate"] > 0.5
 
 

@@ -33,7 +33,23 @@ def compare_stored(ws: Any, a: str, b: str, tasks_root: str | None = None) -> di
     templates = stored_templates(ma, mb) or (_pack_templates(ws, a, tasks_root) if tasks_root else {})
     return {"a": a, "b": b, "deltas": metric_deltas(ma, mb),
             "success": paired_bootstrap(per_task_success(ws, a), per_task_success(ws, b), clusters=templates),
-            "decoding": mixed_decoding(ma, mb)}
+            "decoding": mixed_decoding(ma, mb), "moved": moved_answers(ws, a, b)}
+
+
+MOVED_EXAMPLES = 3  # task ids shown per kind of move: enough to open one in `appliance sql`
+
+
+def moved_answers(ws: Any, a: str, b: str) -> list[tuple[str, str, int, list[str]]]:
+    """How the tasks of both evals changed bucket, by their first sample: (bucket in a, bucket in b, tasks, the
+    first few task ids), most tasks first. What moved, not only how much: a gain of 0 can hide 7 tasks fixed
+    and 7 broken."""
+    _, rows = ws.query(
+        "WITH x AS (SELECT task_id, bucket FROM eval_samples WHERE eval_id = ? AND sample_index = 0), "
+        "y AS (SELECT task_id, bucket FROM eval_samples WHERE eval_id = ? AND sample_index = 0) "
+        "SELECT x.bucket, y.bucket, count(*), list(task_id ORDER BY task_id)[1:?] "
+        "FROM x JOIN y USING (task_id) WHERE x.bucket IS DISTINCT FROM y.bucket "
+        "GROUP BY ALL ORDER BY 3 DESC, 1, 2", [a, b, MOVED_EXAMPLES])
+    return [(str(before), str(after), int(n), list(tasks)) for before, after, n, tasks in rows]
 
 
 def _pack_templates(ws: Any, eval_id: str, tasks_root: str) -> dict[str, str]:
