@@ -245,14 +245,13 @@ def print_compare(cmp: dict[str, Any], *, fmt: str = "table") -> None:
 
 def print_moved(moved: Sequence[tuple[str, str, int, list[str]]]) -> None:
     """The answers that changed bucket between the two evals (a table for a person; scripts query eval_samples)."""
+    from appliance.evaluate.stored import moved_summary
+
     if not moved:
-        out().print("no task's first answer changed bucket")
+        out().print(moved_summary([]))
         return
-    fixed = sum(n for _, after, n, _ in moved if after == "success")
-    broken = sum(n for before, _, n, _ in moved if before == "success")
     print_records(("bucket in a", "bucket in b", "tasks", "e.g."), [(x, y, n, ", ".join(ids)) for x, y, n, ids in moved],
-                  title=f"{sum(m[2] for m in moved)} tasks changed bucket (first samples): {fixed} became "
-                        f"successes, {broken} stopped being one")
+                  title=moved_summary(list(moved)))
 
 
 def print_audit(agreement: dict[str, Any]) -> None:

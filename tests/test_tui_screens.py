@@ -94,6 +94,7 @@ async def test_evaluate_sample_browser_filters_by_bucket_and_compare_shows_delta
         compare = {r[0]: r for r in cell_texts(screen.query_one("#compare", MetricTable))}
         assert compare["pass@1"][1:] == ["0.0%", "50.0%", "+50.0%"]
         assert "per-task success B−A +0.250" in visible_text(app)  # 1/4 → 2/4 tasks succeed
+        assert "became successes" in visible_text(app)  # and which answers moved
 
 
 async def test_audit_keys_record_labels_in_the_store_and_update_agreement(tmp_path, monkeypatch):

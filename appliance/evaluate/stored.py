@@ -52,6 +52,16 @@ def moved_answers(ws: Any, a: str, b: str) -> list[tuple[str, str, int, list[str
     return [(str(before), str(after), int(n), list(tasks)) for before, after, n, tasks in rows]
 
 
+def moved_summary(moved: list[tuple[str, str, int, list[str]]]) -> str:
+    """One line for `moved_answers`: how many tasks changed bucket, became successes, stopped being one."""
+    if not moved:
+        return "no task's first answer changed bucket"
+    fixed = sum(n for _, after, n, _ in moved if after == "success")
+    broken = sum(n for before, _, n, _ in moved if before == "success")
+    return (f"{sum(n for _, _, n, _ in moved)} tasks changed bucket (first samples): {fixed} became successes, "
+            f"{broken} stopped being one")
+
+
 def _pack_templates(ws: Any, eval_id: str, tasks_root: str) -> dict[str, str]:
     """Task → template for the pack and split an eval ran on, or {} when that pack cannot be read."""
     from appliance.packs import load_pack
