@@ -140,14 +140,14 @@ def flat_group_refill_for(run: Any, rows: list[dict[str, Any]], reward_funcs: li
     weights = list(reward_weights) if reward_weights is not None else [1.0] * len(reward_funcs)
 
     def score(task_ids: list[str], texts: list[str]) -> list[float | None]:
-        totals: list[float | None] = [0.0] * len(texts)
+        totals = [0.0] * len(texts)
         for func, weight in zip(reward_funcs, weights):
             for i, value in enumerate(func(prompts=[""] * len(texts), completions=texts, task_id=task_ids)):
                 totals[i] += weight * (value or 0.0)
-        if run.config.keep_decisions:
-            verdicts = [verify(task_id, text) for task_id, text in zip(task_ids, texts)]
-            totals = [None if answer_declines(v.parse_ok, v.n_calls) else total for v, total in zip(verdicts, totals)]
-        return totals
+        if not run.config.keep_decisions:
+            return list(totals)
+        verdicts = [verify(task_id, text) for task_id, text in zip(task_ids, texts)]
+        return [None if answer_declines(v.parse_ok, v.n_calls) else total for v, total in zip(verdicts, totals)]
 
     return FlatGroupRefill(rows, score, run.config.resample_flat_groups, seed=run.config.seed)
 
