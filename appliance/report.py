@@ -248,10 +248,10 @@ def print_moved(moved: Sequence[tuple[str, str, int, list[str]]]) -> None:
     from appliance.evaluate.stored import moved_summary
 
     if not moved:
-        out().print(moved_summary([]))
+        out().print(moved_summary(moved))
         return
     print_records(("bucket in a", "bucket in b", "tasks", "e.g."), [(x, y, n, ", ".join(ids)) for x, y, n, ids in moved],
-                  title=moved_summary(list(moved)))
+                  title=moved_summary(moved))
 
 
 def print_audit(agreement: dict[str, Any]) -> None:

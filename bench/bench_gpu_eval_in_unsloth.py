@@ -97,7 +97,10 @@ def main() -> int:
         from appliance.tiny import save_tiny_model
 
         model = str(save_tiny_model(tempfile.mkdtemp(prefix="tiny-")))
-    run = lambda generator: timed_eval(model, generator, args.limit, args.max_new_tokens)  # noqa: E731
+
+    def run(generator: Any) -> tuple[float, dict[str, str]]:
+        return timed_eval(model, generator, args.limit, args.max_new_tokens)
+
     before = {static: run(plain_copy(model, static)) for static in (True, False)}
     print(f"dynamic_speedup: {before[True][0] / before[False][0]:.2f}")
     print(f"same_completions_static_vs_dynamic: {same(before[True][1], before[False][1])}")

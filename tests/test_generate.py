@@ -388,12 +388,15 @@ def test_the_gpu_decode_cache_gives_the_cpu_answers(loaded, monkeypatch, shared_
     made, decode_cache = [], HFGenerator._with_decode_cache
     monkeypatch.setattr(HFGenerator, "_with_decode_cache",
                         lambda self, *a: made.append(self.static_cache) or decode_cache(self, *a))
-    for generator in (on_cpu, as_on_gpu):
+
+    def answers(generator):
+        """Greedy answers, then near-greedy groups of 3, each decoded through `generator`'s own cache."""
         made.clear()
         greedy = generator.generate(prompts, max_new_tokens=12)
         grouped = generator.generate(prompts, n=3, temperature=1e-4, max_new_tokens=12, seed=0)
         assert made and set(made) == {generator.static_cache}
-        if generator is on_cpu:
-            expected = texts(greedy)
-        assert texts(greedy) == expected
-        assert texts(grouped) == [[answer[0]] * 3 for answer in expected]
+        return texts(greedy), texts(grouped)
+
+    expected, grouped = answers(on_cpu)
+    assert grouped == [[answer[0]] * 3 for answer in expected]
+    assert answers(as_on_gpu) == (expected, grouped)

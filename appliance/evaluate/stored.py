@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from appliance.errors import ApplianceError
@@ -52,7 +53,7 @@ def moved_answers(ws: Any, a: str, b: str) -> list[tuple[str, str, int, list[str
     return [(str(before), str(after), int(n), list(tasks)) for before, after, n, tasks in rows]
 
 
-def moved_summary(moved: list[tuple[str, str, int, list[str]]]) -> str:
+def moved_summary(moved: Sequence[tuple[str, str, int, list[str]]]) -> str:
     """One line for `moved_answers`: how many tasks changed bucket, became successes, stopped being one."""
     if not moved:
         return "no task's first answer changed bucket"
