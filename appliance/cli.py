@@ -214,7 +214,7 @@ _TRAIN_FLAGS = (  # (flag, TrainConfig field, type, the stages that take it; Non
     ("--model", "model", str, None), ("--pack", "pack", str, None), ("--backend", "backend", str, None),
     ("--steps", "steps", int, None), ("--lr", "learning_rate", float, None), ("--lora-r", "lora_r", int, None),
     ("--lora-layers", "lora_layers", int, None), ("--eval-every", "eval_every", int, None),
-    ("--eval-limit", "eval_limit", int, None),
+    ("--eval-limit", "eval_limit", int, None), ("--fit-limit", "fit_limit", int, None),
     ("--init-adapter", "init_adapter", str, None), ("--resume", "resume_from", str, None),
     ("--checkpoints", "output", str, None), ("--seed", "seed", int, None),
     ("--train-split", "train_split", str, None), ("--eval-split", "eval_split", str, None),

@@ -163,8 +163,10 @@ def run_pipeline(s: PipelineSettings, *, workspace: Any, sink: EventSink = null_
 def _train_stage(stage: str, s: PipelineSettings, workspace: Any, sink: EventSink, extra: list[str]) -> str:
     """One training child process; returns its final adapter folder."""
     steps = s.sft_steps if stage == "sft" else s.grpo_steps
+    # A quick run checks the fit on as few training tasks as it evaluates held out.
+    fit = ["--fit-limit", str(s.eval_limit)] if s.quick else []
     args = ["train", stage, "--model", s.model, "--pack", s.pack, "--steps", str(steps), "--eval-every", str(steps),
-            "--checkpoints", s.checkpoints_root, "--eval-limit", str(s.eval_limit or 0), *extra,
+            "--checkpoints", s.checkpoints_root, "--eval-limit", str(s.eval_limit or 0), *fit, *extra,
             *_common_args(s, workspace)]
     finished = _last(run_stage(args, sink), RunFinished)
     adapter = finished.summary.get("final_adapter")
@@ -218,8 +220,10 @@ def _heldout(adapter: str) -> dict[str, Any]:
 
 
 def _heldout_line(adapter: str) -> str:
-    success = _heldout(adapter).get("heldout_success")
-    return f"; held-out success {success:.1%}" if isinstance(success, (int, float)) else ""
+    from appliance.checkpoints import load_manifest
+    from appliance.report import scores_line
+
+    return scores_line(load_manifest(adapter))
 
 
 def _promote(s: PipelineSettings, adapter: str, workspace: Any, sink: EventSink, result: PipelineResult,

@@ -298,8 +298,23 @@ def confirm(question: str) -> bool:
 # ---------------------------------------------------------------- training, checkpoints, promotion
 
 def print_train(result: Any) -> None:
+    from appliance.checkpoints import load_manifest
+
+    scores = scores_line(load_manifest(result.final_adapter)) if result.final_adapter else ""
     out().print(f"run {result.run_id}: {len(result.checkpoints)} checkpoint(s); final adapter {result.final_adapter}"
-                f"; {result.wall_time_s:.0f}s", markup=False)
+                f"; {result.wall_time_s:.0f}s{scores}", markup=False)
+
+
+def scores_line(manifest: dict[str, Any]) -> str:
+    """A checkpoint's held-out success and, apart from it, its success on its own training tasks (the fit)."""
+    metrics = manifest.get("metrics") or {}
+    heldout, fit = metrics.get("heldout") or {}, metrics.get("fit") or {}
+    line = ""
+    if isinstance(heldout.get("heldout_success"), (int, float)):
+        line += f"; held-out success {heldout['heldout_success']:.1%}"
+    if isinstance(fit.get("success"), (int, float)):
+        line += f"; on {fit.get('n_tasks')} of its own `{fit.get('split')}` tasks {fit['success']:.1%}"
+    return line
 
 
 def print_checkpoints(items: Sequence[Any], promoted: dict[str, Any] | None, *, fmt: str = "table") -> None:

@@ -305,3 +305,13 @@ def test_checkpoints_are_listed_oldest_first_even_when_a_manifest_was_rewritten(
         path.write_text(json.dumps({k: v for k, v in ckpt.manifest.items() if k != "created_at"}))
         os.utime(path, (stamp, stamp))
     assert [c.id for c in checkpoints.list_checkpoints(tmp_path / "ck")] == ["sft-b/step-00001", "grpo-a/step-00001"]
+
+
+def test_a_checkpoints_scores_line_keeps_the_fit_apart_from_held_out_success():
+    from appliance.report import scores_line
+
+    manifest = {"metrics": {"heldout": {"heldout_success": 0.4},
+                            "fit": {"split": "train", "n_tasks": 32, "success": 0.25, "eval_id": "e"}}}
+    assert scores_line(manifest) == "; held-out success 40.0%; on 32 of its own `train` tasks 25.0%"
+    assert scores_line({"metrics": {"heldout": {"heldout_success": 0.4}}}) == "; held-out success 40.0%"
+    assert scores_line({}) == ""

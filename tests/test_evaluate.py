@@ -171,3 +171,24 @@ def test_an_engine_crash_marks_the_eval_failed(tokenizer, ws):
                  generator=ScriptedGenerator(tokenizer, crash))
     _, rows = ws.query("SELECT status, metrics->>'$.error' FROM evals")
     assert rows[0][0] == "failed" and "device-side assert" in rows[0][1]
+
+
+def test_a_checkpoint_eval_also_answers_the_first_tasks_of_its_own_training_split(tiny_model_dir, ws, tmp_path):
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from appliance.evaluate.heldout import make_heldout_eval
+
+    adapter = tmp_path / "adapter"
+    get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model_dir),
+                   LoraConfig(r=2, target_modules=["q_proj"])).save_pretrained(str(adapter))
+    on_eval = make_heldout_eval(model=str(tiny_model_dir), pack="workplace-single", workspace=ws, split="val",
+                                limit=2, max_new_tokens=4, fit_split="train", fit_limit=3)
+    metrics = on_eval(str(adapter), 1)
+    fit = metrics["fit"]
+    assert fit["split"] == "train" and fit["n_tasks"] == 3 and 0.0 <= fit["success"] <= 1.0
+    first_train = [task.id for task in load_pack("workplace-single").tasks("train")[:3]]
+    _, rows = ws.query("SELECT DISTINCT task_id FROM eval_samples WHERE eval_id = ? ORDER BY task_id", [fit["eval_id"]])
+    assert [r[0] for r in rows] == sorted(first_train)
+    _, rows = ws.query("SELECT split, n_samples FROM evals WHERE id = ?", [metrics["eval_id"]])
+    assert rows == [("val", 2)] and fit["eval_id"] != metrics["eval_id"]

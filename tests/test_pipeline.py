@@ -28,9 +28,12 @@ def test_quick_pipeline_runs_every_stage_and_stores_the_decision(tiny_model_dir,
     _, rollouts = ws.query("SELECT count(*), count(DISTINCT step) FROM rollouts")
     assert rollouts[0][0] > 0 and rollouts[0][1] == 2
     _, evals = ws.query("SELECT count(*), count(*) FILTER (metrics->>'$.strict' = ?) FROM evals "
-                        "WHERE status = 'finished'", [str(strict).lower()])
+                        "WHERE status = 'finished' AND split NOT IN ('train', 'train_rl')", [str(strict).lower()])
     assert evals[0][0] == 5  # baseline, SFT and GRPO held-out checks, two BFCL gate evals (the rest reused)
     assert evals[0][1] == 5  # every stage decoded as asked, so the gate could reuse the pipeline's evals
+    _, fits = ws.query("SELECT split, n_samples FROM evals WHERE split IN ('train', 'train_rl') ORDER BY split")
+    assert fits == [("train", 6), ("train_rl", 6)]  # each stage's fit on its own first tasks, as few as held out
+    assert "of its own `train` tasks" in proc.stdout and "of its own `train_rl` tasks" in proc.stdout
     _, decision = ws.query("SELECT status, note FROM checkpoints WHERE status IN ('promoted', 'refused')")
     assert decision and "held-out success" in decision[0][1]
 

@@ -105,6 +105,18 @@ def test_sft_step_changes_lora_and_saves_checkpoint(config, tmp_path):
     assert json.loads((Path(result.run_dir) / "config.json").read_text())["stage"] == "sft"
 
 
+def test_the_fit_on_its_own_training_tasks_is_kept_apart_from_the_held_out_numbers(config):
+    fit = {"split": "train", "n_tasks": 4, "success": 0.5, "eval_id": "eval-fit"}
+    seen = []
+    result = run_sft(config, sink=seen.append,
+                     on_eval=lambda path, step, **context: {"heldout_success": 0.25, "fit": dict(fit)})
+    metrics = registry.load_manifest(result.final_adapter)["metrics"]
+    assert metrics["heldout"] == {"heldout_success": 0.25} and metrics["fit"] == fit
+    saved = next(e for e in seen if e.type == "checkpoint_saved").metrics
+    assert saved["heldout/heldout_success"] == 0.25 and saved["fit/success"] == 0.5 and saved["fit/n_tasks"] == 4
+    assert not any(key.startswith("heldout/fit") for key in saved)
+
+
 def test_cpu_lora_adapts_the_last_third_of_layers_unless_told(config):
     names = list(lora_tensors(run_sft(config).final_adapter))  # 2 layers: the last one
     assert names and all(".layers.1." in name for name in names)

@@ -167,6 +167,7 @@ async def test_train_shows_a_stored_runs_curves_and_returns_to_the_live_run(tmp_
         assert charts.history["reward"]["total"] == pytest.approx(rewards)
         assert [step for step, _ in charts.history["loss"]["loss"]] == [1, 2, 3, 4]
         assert charts.history["heldout"]["heldout"] == [(4, 0.75)]  # from the stored checkpoint_saved event
+        assert charts.history["heldout"]["train"] == [(4, 0.5)]  # the fit beside it, its own series
         assert screen.query_one(RolloutStream).row_count == 4
         assert "stored grpo run, finished: 4 steps" in visible_text(app)
 

@@ -75,7 +75,7 @@ def add_grpo_run(data: StoreData) -> None:
                "payload": {"step": step, "metrics": grpo_step_metrics(step)}} for step in range(1, 5)]
     events.append({"run_id": GRPO_RUN, "seq": 4, "type": "checkpoint_saved", "ts": T0 + 250,
                    "payload": {"step": 4, "path": f"checkpoints/{GRPO_CHECKPOINT}",
-                               "metrics": {"heldout/heldout_success": 0.75}}})
+                               "metrics": {"heldout/heldout_success": 0.75, "fit/success": 0.5}}})
     data.append("events", events)
     data.append("rollouts", [{"run_id": GRPO_RUN, "step": step, "task_id": f"task-{step}", "sample_index": 0,
                               "completion": '{"name": "email.send"}', "reward": 0.25 * step,

@@ -55,6 +55,7 @@ def train_from_args(args: argparse.Namespace, *, sink: EventSink, workspace: Any
     pack = load_pack(effective.pack, root=args.tasks_root)
     on_eval = make_heldout_eval(model=effective.model, pack=effective.pack, workspace=workspace,
                                 split=effective.eval_split, tasks_root=args.tasks_root, sink=sink,
-                                limit=effective.eval_limit or None, strict=effective.strict)
+                                limit=effective.eval_limit or None, strict=effective.strict,
+                                fit_split=effective.training_split(pack), fit_limit=effective.fit_limit)
     runner = {"sft": run_sft, "grpo": run_grpo, "dpo": run_dpo}[config.stage]
     return runner(config, sink=sink, on_eval=on_eval, workspace=workspace, pack=pack)

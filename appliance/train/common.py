@@ -109,13 +109,18 @@ class RunContext:
             ckpt = registry.save_checkpoint(self.config.output, tmp, manifest)
         if on_eval is not None:
             heldout = dict(on_eval(str(ckpt.path), step, **self._eval_context(model)) or {})
+            fit = heldout.pop("fit", None)  # the run's own training tasks: not a held-out number
             manifest["metrics"]["heldout"] = heldout
+            if fit:
+                manifest["metrics"]["fit"] = fit
             ckpt = registry.Checkpoint(ckpt.path, manifest)
             registry._atomic_write_json(ckpt.path / registry.MANIFEST, manifest)
         self.saved.append(ckpt)
         registry.record_in_store(self.workspace, ckpt)
         flat = {**{f"train/{k}": v for k, v in train_metrics.items()},
                 **{f"heldout/{k}": v for k, v in (manifest["metrics"].get("heldout") or {}).items()
+                   if isinstance(v, (int, float))},
+                **{f"fit/{k}": v for k, v in (manifest["metrics"].get("fit") or {}).items()
                    if isinstance(v, (int, float))}}
         self.emit(CheckpointSaved(run_id=self.run_id, step=step, path=str(ckpt.path), metrics=flat))
         self._check_alarms(step, train_metrics, manifest["metrics"].get("heldout") or {})

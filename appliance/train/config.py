@@ -102,6 +102,12 @@ class TrainConfig:
         "uncertain_by_template (the same scores, taken round-robin over templates so every intent is kept)."))
     eval_limit: int = field(default=32, metadata=_help(
         "Held-out tasks per checkpoint eval: the first N of the eval split (0 = the whole split)."))
+    # Session 29 (docs/learning.md): the default SFT answered 41 of the first 120 train tasks it had just trained
+    # on, fewer than on dev (47 of 120): underfit, not memorising. Nothing printed it; every run now shows it.
+    fit_limit: int = field(default=32, metadata=_help(
+        "Tasks of the run's own training split each checkpoint also answers (the first N; 0 = none), to show the "
+        "fit next to held-out success: low on both means underfit (more steps or a larger lr), high on its own "
+        "tasks and low held out means it memorised them."))
     screen_limit: int | None = field(default=None, metadata=_help(
         "GRPO with an uncertain task selection: score at most this many tasks of the split, a seeded sample "
         "(None = every task; screening 480 tasks takes about 2 minutes on 2 CPU cores)."))
@@ -263,6 +269,8 @@ class TrainConfig:
             raise ApplianceError("eval_every must be at least 1.")
         if self.eval_limit < 0:
             raise ApplianceError(f"eval_limit must be 0 (the whole split) or a number of tasks, not {self.eval_limit!r}.")
+        if self.fit_limit < 0:
+            raise ApplianceError(f"fit_limit must be 0 (no fit check) or a number of tasks, not {self.fit_limit!r}.")
         if self.screen_limit is not None and self.screen_limit < 1:
             raise ApplianceError("screen_limit must be at least 1 (or unset to screen every task).")
         if not isinstance(self.resample_flat_groups, int) or self.resample_flat_groups < 0:

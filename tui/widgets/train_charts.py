@@ -15,13 +15,15 @@ from textual_plotext import PlotextPlot
 
 CHARTS = (
     ("reward", "train reward by component"),
-    ("heldout", "held-out success"),
+    ("heldout", "held-out success · own train tasks"),
     ("length", "completion length"),
     ("loss", "loss · KL"),  # SFT has a loss and no KL; GRPO both
 )
 # CheckpointSaved.metrics carries the held-out eval as heldout/<metric>.
 HELDOUT_KEYS = ("heldout/heldout_success", "heldout/success_rate", "heldout/execution_success_rate",
                 "heldout/success")
+# ... and the fit, success on the run's own first training tasks, as fit/success (TrainConfig.fit_limit).
+FIT_KEYS = ("fit/success",)
 LENGTH_KEYS = ("completion/mean_tokens", "completions/mean_length")
 # (series, keys) of the loss chart.
 LOSS_SERIES = (("loss", ("loss",)), ("kl", ("kl",)))
@@ -51,7 +53,8 @@ def chart_points(metrics: dict[str, Any]) -> dict[str, dict[str, float]]:
     """The values one StepMetrics adds to each chart, by series name."""
     points: dict[str, dict[str, float]] = {"reward": reward_components(metrics), "heldout": {}, "length": {},
                                            "loss": {}}
-    for chart, series, keys in (("heldout", "heldout", HELDOUT_KEYS), ("length", "length", LENGTH_KEYS),
+    for chart, series, keys in (("heldout", "heldout", HELDOUT_KEYS), ("heldout", "train", FIT_KEYS),
+                                ("length", "length", LENGTH_KEYS),
                                 *(("loss", name, keys) for name, keys in LOSS_SERIES)):
         value = first(metrics, keys)
         if value is not None:
@@ -113,6 +116,6 @@ class TrainCharts(Grid):
         plt.title(dict(CHARTS)[chart])
         for series, points in self.history[chart].items():
             steps, values = zip(*points)
-            label = series if chart in ("reward", "loss") else None
+            label = series if chart in ("reward", "loss", "heldout") else None
             plt.plot(list(steps), list(values), label=label, marker="braille")
         plot.refresh()
