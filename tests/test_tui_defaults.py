@@ -37,7 +37,7 @@ def test_every_train_knob_shows_what_a_bare_cli_run_uses(kind):
     for knob in KNOBS:
         engine = config.effective_learning_rate if knob.field == "learning_rate" else getattr(config, knob.field)
         assert (shown[knob.id] == "" and knob.unset) if engine is None else float(shown[knob.id]) == engine, knob
-    assert float(knob_defaults("sft")["lr"]) == 3e-4 and float(knob_defaults("grpo")["lr"]) == 5e-5
+    assert float(knob_defaults("sft")["lr"]) == 1e-3 and float(knob_defaults("grpo")["lr"]) == 5e-5
 
 
 @pytest.mark.parametrize("kind", STAGES)
