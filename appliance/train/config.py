@@ -12,8 +12,8 @@ first 120 train requests it had trained on (session 29: underfit); lr 1e-3, the
 default since, answered 51 of them and took dev from 47 to 67 of 120 with one
 unsafe action fewer (+16.7, +1.7 … +32.8 by template), while val stayed level
 (43 → 41 of 120, −15.8 … +11.7) — measured on the embedded 135M model with LoRA
-on ten layers; larger models on a GPU usually train at a lower rate. GRPO trains on `train_rl`, requests SFT
-never saw: the pack's reward scheme (workplace-single: `attempt`, chosen
+on ten layers; larger models usually train at a lower rate. GRPO trains on
+`train_rl`, requests SFT never saw: the pack's reward scheme (workplace-single: `attempt`, chosen
 over `binary` on dev in session 11), beta 0, 4 prompts x 4 generations, lr 5e-5,
 temperature 1.0, up to 96 tokens per completion (at 64 a fifth of the answers
 could not fit, and truncated samples taught the model to drop arguments; at
@@ -85,7 +85,7 @@ class TrainConfig:
     learning_rate: float | None = field(default=None, metadata=_help(
         "Peak learning rate for the LoRA weights, decayed linearly to 0; None = the stage's default ("
         + ", ".join(f"{stage.upper()} {rate:.0e}".replace("e-0", "e-") for stage, rate in DEFAULT_LEARNING_RATE.items())
-        + ")."))
+        + "; SFT's was chosen on the embedded 135M model, and larger models usually train at a lower rate)."))
     batch_size: int = field(default=8, metadata=_help("SFT and DPO: examples (DPO: pairs) per optimizer step."))
     lora_r: int = field(default=16, metadata=_help("LoRA rank."))
     lora_alpha: int = field(default=32, metadata=_help("LoRA scaling numerator (effective scale alpha / r)."))
