@@ -187,7 +187,7 @@ def test_config_round_trips_and_documents_every_field(tmp_path):
     config = TrainConfig(stage="sft", steps=3, lora_targets="q_proj, v_proj")
     assert TrainConfig.load(config.save(tmp_path / "c.json")) == config
     assert config.target_modules == ["q_proj", "v_proj"]
-    assert config.effective_learning_rate == 3e-4
+    assert config.effective_learning_rate == 1e-3
     assert all(text.strip() for text in field_help().values())
     with pytest.raises(ApplianceError):
         TrainConfig.from_dict({"stepz": 3})
