@@ -117,11 +117,9 @@ class RunContext:
             registry._atomic_write_json(ckpt.path / registry.MANIFEST, manifest)
         self.saved.append(ckpt)
         registry.record_in_store(self.workspace, ckpt)
+        metrics = manifest["metrics"]
         flat = {**{f"train/{k}": v for k, v in train_metrics.items()},
-                **{f"heldout/{k}": v for k, v in (manifest["metrics"].get("heldout") or {}).items()
-                   if isinstance(v, (int, float))},
-                **{f"fit/{k}": v for k, v in (manifest["metrics"].get("fit") or {}).items()
-                   if isinstance(v, (int, float))}}
+                **_numbers("heldout", metrics.get("heldout")), **_numbers("fit", metrics.get("fit"))}
         self.emit(CheckpointSaved(run_id=self.run_id, step=step, path=str(ckpt.path), metrics=flat))
         self._check_alarms(step, train_metrics, manifest["metrics"].get("heldout") or {})
         return ckpt
@@ -144,6 +142,11 @@ class RunContext:
 
 
 # ---------------------------------------------------------------- starting and finishing
+
+def _numbers(prefix: str, values: dict[str, Any] | None) -> dict[str, float]:
+    """The numeric entries of a manifest's metrics block, as `prefix/name` event metrics."""
+    return {f"{prefix}/{k}": v for k, v in (values or {}).items() if isinstance(v, (int, float))}
+
 
 def find_run_dir(config: TrainConfig) -> Path:
     given = Path(str(config.resume_from))
