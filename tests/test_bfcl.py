@@ -26,8 +26,10 @@ from appliance.bfcl import (
     import_bfcl,
     load_bfcl_rows,
     score_bfcl,
+    select_dev,
     select_gate,
     standardise,
+    write_pack,
 )
 from appliance.bfcl.importer import build_row
 from appliance.task import ToolCall
@@ -58,7 +60,17 @@ SCHEMA_CONFLICTS = {
 
 @pytest.fixture(scope="module")
 def rows() -> list[dict]:
-    return load_bfcl_rows(PACK / "test.jsonl")
+    """Every committed row: test's, then dev's (dev is carved out of test)."""
+    return load_bfcl_rows(PACK / "test.jsonl") + load_bfcl_rows(PACK / "dev.jsonl")
+
+
+needs_source = pytest.mark.skipif(not SOURCE.is_dir(), reason="the upstream BFCL files are not on this machine")
+
+
+@pytest.fixture(scope="module")
+def upstream() -> list[dict]:
+    """The rows in upstream order, which the seeded selections sample from."""
+    return import_bfcl(SOURCE, DEFAULT_CATEGORIES)
 
 
 @pytest.fixture(scope="module")
@@ -143,12 +155,26 @@ def test_expected_fits_the_tool_schema_except_known_bfcl_quirks(rows):
     assert conflicts == SCHEMA_CONFLICTS
 
 
-def test_gate_is_a_fixed_seeded_subset(rows):
+@needs_source
+def test_gate_is_a_fixed_seeded_subset_of_test(upstream):
     gate = load_bfcl_rows(PACK / "gate.jsonl")
-    assert gate == select_gate(rows)
+    assert gate == select_gate(upstream)
     assert Counter(row["tags"]["category"] for row in gate) == {c: 20 for c in CATEGORY_SIZES}
     assert not {row["id"] for row in gate} & KNOWN_UNPASSABLE
-    assert {row["id"] for row in select_gate(rows, seed=1)} != {row["id"] for row in gate}
+    assert {row["id"] for row in gate} <= {row["id"] for row in load_bfcl_rows(PACK / "test.jsonl")}
+    assert {row["id"] for row in select_gate(upstream, seed=1)} != {row["id"] for row in gate}
+
+
+@needs_source
+def test_dev_is_seeded_carved_out_of_test_and_disjoint_from_the_gate(upstream):
+    dev = load_bfcl_rows(PACK / "dev.jsonl")
+    dev_ids = {row["id"] for row in dev}
+    assert dev == select_dev(upstream)
+    assert Counter(row["tags"]["category"] for row in dev) == {c: 20 for c in CATEGORY_SIZES}
+    assert not dev_ids & KNOWN_UNPASSABLE
+    assert not dev_ids & {row["id"] for row in load_bfcl_rows(PACK / "gate.jsonl")}
+    assert not dev_ids & {row["id"] for row in load_bfcl_rows(PACK / "test.jsonl")}
+    assert {row["id"] for row in select_dev(upstream, seed=1)} != dev_ids
 
 
 def test_manifest_declares_an_eval_only_pack():
@@ -157,12 +183,14 @@ def test_manifest_declares_an_eval_only_pack():
     manifest = tomllib.loads((PACK / "pack.toml").read_text(encoding="utf-8"))
     assert manifest["scorer"] == "bfcl" and manifest["world"] == "none"
     assert manifest["reward_scheme"] == "binary" and manifest["max_turns"] == 1
-    assert "train" not in manifest["splits"]
+    assert set(manifest["splits"]) == {"test", "dev", "gate"}  # never a training split
 
 
-@pytest.mark.skipif(not SOURCE.is_dir(), reason="the upstream BFCL files are not on this machine")
-def test_committed_pack_is_a_fresh_import(rows):
-    assert import_bfcl(SOURCE, DEFAULT_CATEGORIES) == rows
+@needs_source
+def test_committed_pack_is_a_fresh_import(upstream, tmp_path):
+    write_pack(upstream, tmp_path)
+    for name in ("test.jsonl", "dev.jsonl", "gate.jsonl", "pack.toml"):
+        assert (tmp_path / name).read_bytes() == (PACK / name).read_bytes(), name
 
 
 # --- hand-made rows: one rule each ---------------------------------------------

@@ -6,10 +6,10 @@
 
 - `convert`:  BFCL function docs → OpenAI tools (as the leaderboard's FC handlers do);
 - `checker`:  the AST checker, rule for rule from shared/datasets/bfcl/SCORING.md;
-- `importer`: upstream files → pack rows, the gate subset, the pack folder;
+- `importer`: upstream files → pack rows, the dev split and the gate subset, the pack folder;
 - `summary`:  accuracy per category and the leaderboard's summary numbers.
 
-BFCL is never trained on: the pack has a test split and a gate split only.
+BFCL is never trained on: the pack has test, dev and gate splits only.
 """
 from appliance.bfcl.checker import BfclOutcome, check_bfcl, expects_no_call, score_bfcl, standardise
 from appliance.bfcl.convert import openai_name, to_openai_tool
@@ -19,6 +19,7 @@ from appliance.bfcl.importer import (
     gold_calls,
     import_bfcl,
     load_bfcl_rows,
+    select_dev,
     select_gate,
     write_pack,
 )
@@ -37,6 +38,7 @@ __all__ = [
     "load_bfcl_rows",
     "openai_name",
     "score_bfcl",
+    "select_dev",
     "select_gate",
     "standardise",
     "to_openai_tool",

@@ -1,7 +1,7 @@
 """Build the eval-only BFCL pack (tasks/bfcl/) from the upstream data files.
 
     rows = import_bfcl("/work/shared/datasets/bfcl")
-    write_pack(rows, "tasks/bfcl")          # test.jsonl, gate.jsonl, pack.toml
+    write_pack(rows, "tasks/bfcl")          # test.jsonl, dev.jsonl, gate.jsonl, pack.toml
 
 or `python -m appliance.bfcl SRC_DIR [PACK_DIR]`.
 
@@ -46,6 +46,10 @@ KNOWN_UNPASSABLE = frozenset({
 })
 GATE_PER_CATEGORY = 20
 GATE_SEED = 0
+# The dev split: settings are chosen on it (e.g. "does this adapter keep general function calling?") so that
+# neither the gate nor the reported test is read for a choice. Carved out of test, disjoint from the gate.
+DEV_PER_CATEGORY = 20
+DEV_SEED = 0
 PACK_VERSION = "4.0.0"
 SOURCE_COMMIT = "6ea57973c7a6097fd7c5915698c54c17c5b1b6c8"
 
@@ -154,20 +158,36 @@ def _gold_dict(alternatives_by_key: dict[str, Any]) -> dict[str, Any]:
 def select_gate(rows: list[dict[str, Any]], per_category: int = GATE_PER_CATEGORY,
                 seed: int = GATE_SEED) -> list[dict[str, Any]]:
     """A fixed, seeded subset: `per_category` passable rows of each category, in pack order."""
+    return _seeded_per_category(rows, per_category, f"bfcl-gate:{seed}", KNOWN_UNPASSABLE)
+
+
+def select_dev(rows: list[dict[str, Any]], per_category: int = DEV_PER_CATEGORY,
+               seed: int = DEV_SEED) -> list[dict[str, Any]]:
+    """The dev split: `per_category` seeded passable rows of each category that the gate does not hold."""
+    gate_ids = {row["id"] for row in select_gate(rows)}
+    return _seeded_per_category(rows, per_category, f"bfcl-dev:{seed}", KNOWN_UNPASSABLE | gate_ids)
+
+
+def _seeded_per_category(rows: list[dict[str, Any]], per_category: int, salt: str,
+                         excluded: set[str] | frozenset[str]) -> list[dict[str, Any]]:
     chosen: set[str] = set()
     categories = dict.fromkeys(row["tags"]["category"] for row in rows)
     for category in categories:
-        ids = [r["id"] for r in rows if r["tags"]["category"] == category and r["id"] not in KNOWN_UNPASSABLE]
-        rng = random.Random(f"bfcl-gate:{seed}:{category}")
+        ids = [r["id"] for r in rows if r["tags"]["category"] == category and r["id"] not in excluded]
+        rng = random.Random(f"{salt}:{category}")
         chosen.update(rng.sample(ids, min(per_category, len(ids))))
     return [row for row in rows if row["id"] in chosen]
 
 
 def write_pack(rows: list[dict[str, Any]], pack_dir: str | Path) -> dict[str, int]:
-    """Write test.jsonl, gate.jsonl and pack.toml; return the row count per category."""
+    """Write test.jsonl (every row but dev's), dev.jsonl, gate.jsonl (a subset of test) and pack.toml; return
+    the row count per category of all of them."""
     pack = Path(pack_dir)
     pack.mkdir(parents=True, exist_ok=True)
-    write_jsonl(pack / "test.jsonl", rows)
+    dev = select_dev(rows)
+    dev_ids = {row["id"] for row in dev}
+    write_jsonl(pack / "test.jsonl", [row for row in rows if row["id"] not in dev_ids])
+    write_jsonl(pack / "dev.jsonl", dev)
     write_jsonl(pack / "gate.jsonl", select_gate(rows))
     (pack / "pack.toml").write_text(_manifest_text(), encoding="utf-8")
     counts: dict[str, int] = {}
@@ -188,8 +208,12 @@ scorer = "bfcl"
 source = "https://github.com/ShishirPatil/gorilla/tree/{SOURCE_COMMIT}/berkeley-function-call-leaderboard"
 
 [splits]
+# Every row of the seven categories except dev's.
 test = "test.jsonl"
-# {GATE_PER_CATEGORY} seeded rows per category for the promotion gate (appliance.bfcl.select_gate).
+# {DEV_PER_CATEGORY} seeded rows per category, none in the gate, carved out of test: settings are chosen on them
+# (appliance.bfcl.select_dev).
+dev = "dev.jsonl"
+# {GATE_PER_CATEGORY} seeded rows per category of test for the promotion gate (appliance.bfcl.select_gate).
 gate = "gate.jsonl"
 '''
 
