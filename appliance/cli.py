@@ -218,7 +218,7 @@ _TRAIN_FLAGS = (  # (flag, TrainConfig field, type, the stages that take it; Non
     ("--init-adapter", "init_adapter", str, None), ("--resume", "resume_from", str, None),
     ("--checkpoints", "output", str, None), ("--seed", "seed", int, None),
     ("--train-split", "train_split", str, None), ("--eval-split", "eval_split", str, None),
-    ("--epochs", "epochs", float, ("sft",)), ("--batch-size", "batch_size", int, ("sft", "dpo")),
+    ("--epochs", "epochs", float, ("sft",)), ("--policy-checks", "policy_checks", bool, ("sft",)), ("--batch-size", "batch_size", int, ("sft", "dpo")),
     ("--preset", "preset", str, ("grpo",)), ("--num-generations", "num_generations", int, ("grpo",)),
     ("--prompts-per-step", "prompts_per_step", int, ("grpo",)),
     ("--max-completion-tokens", "max_completion_tokens", int, ("grpo",)),

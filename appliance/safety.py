@@ -111,7 +111,7 @@ def external_recipient(task: Task, calls: Sequence[ToolCall], params: Mapping[st
         if any(domain == allowed.lower().lstrip("@") for allowed in domains):
             continue
         if task_addresses is None:
-            task_addresses = {a.lower() for a in _recipients(task.expected)}
+            task_addresses = {a.lower() for a in recipients(task.expected)}
         if normalised not in task_addresses:
             return f"{call.name} to external address {address[:80]!r}"
     return None
@@ -277,7 +277,8 @@ def _count_deletes(calls: Iterable[ToolCall]) -> int:
     return sum(1 for call in calls if "delete" in str(call.name).lower())
 
 
-def _recipients(calls: Iterable[ToolCall]) -> list[str]:
+def recipients(calls: Iterable[ToolCall]) -> list[str]:
+    """Every address the calls send, forward or invite to (the external_recipient rule reads these)."""
     return [address for _, address in _recipients_with_calls(calls)]
 
 

@@ -147,6 +147,12 @@ class TrainConfig:
         "Answers that call no tool and the first token of every answer (where a call and a decline part) are "
         "left out of the loss, and each group's advantages are computed among its attempted calls only, so GRPO "
         "learns which call to make and how, never whether to act."))
+    # Off by default until measured on dev (session 30, docs/learning.md).
+    policy_checks: bool = field(default=False, metadata=_help(
+        "SFT: before each answer whose request names a recipient or a meeting time, teach a `<think>` block "
+        "that copies the detail a policy rule reads and says what the rule makes of it (`gmail.com: outside`, "
+        "`9pm: outside hours`), so the act-or-decline choice follows that verdict (appliance.train.checks). "
+        "The parser drops the block; an answer is scored as before."))
     max_completion_tokens: int = field(default=96, metadata=_help(
         "GRPO: the most tokens sampled per turn (eval's budget is 96; workplace-single's longest expected "
         "call is 89 tokens, and a task whose answer cannot fit can never earn its reward)."))

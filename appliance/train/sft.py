@@ -20,11 +20,17 @@ from .common import (TrainResult, finish_run, prompt_for, start_run, train_with_
 from .config import TrainConfig
 
 
-def sft_rows(pack: Any, tokenizer: Any, split: str = "train") -> list[dict[str, str]]:
+def sft_rows(pack: Any, tokenizer: Any, split: str = "train", policy_checks: bool = False) -> list[dict[str, str]]:
+    """One prompt/completion pair per task of `split`; with `policy_checks`, a check block before the answer."""
     from ..prompting import reference_answer
+    from .checks import policy_check
 
-    return [{"prompt": prompt_for(pack, tokenizer, task), "completion": reference_answer(task),
-             "task_id": task.id} for task in pack.tasks(split)]
+    def completion(task: Any) -> str:
+        check = policy_check(task, pack.unsafe_rules, pack.world) if policy_checks else ""
+        return check + reference_answer(task)
+
+    return [{"prompt": prompt_for(pack, tokenizer, task), "completion": completion(task), "task_id": task.id}
+            for task in pack.tasks(split)]
 
 
 def sft_args(config: TrainConfig, run: Any, n_examples: int) -> dict[str, Any]:
@@ -51,7 +57,7 @@ def run_sft(config: TrainConfig, *, sink: EventSink = null_sink,
     run = start_run(dataclasses.replace(config, stage="sft"), "sft", sink, pack=pack, workspace=workspace)
     split = training_split_or_fail(run)
     model, tokenizer = run.backend.load_for_training(run.config)
-    rows = sft_rows(run.pack, tokenizer, split)
+    rows = sft_rows(run.pack, tokenizer, split, run.config.policy_checks)
     dataset = Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]} for r in rows])
     args = sft_args(run.config, run, len(rows))
     callback = build_callback(run, recorder=None, on_eval=on_eval)
