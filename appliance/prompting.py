@@ -38,6 +38,8 @@ from typing import Any, Iterable, Sequence
 from appliance.task import ToolCall
 
 NO_ACTION_TEXT = "No action is needed."
+# Tokens an answer may take: eval's generation budget per turn, and what GRPO samples per turn.
+ANSWER_TOKENS = 96
 
 ANSWER_INSTRUCTION = (
     'To call a tool, reply with only a JSON object {"name": "<tool>", "arguments": {...}}; '

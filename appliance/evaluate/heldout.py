@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 from appliance.events import EventSink, null_sink
 from appliance.generate.strict import STRICT_BY_DEFAULT
+from appliance.prompting import ANSWER_TOKENS
 
 HELDOUT_KEYS = ("execution_success_rate", "valid_json_rate", "unsafe_action_rate", "mean_reward",
                 "latency_p95_s", "pass@1")
@@ -20,7 +21,7 @@ HELDOUT_KEYS = ("execution_success_rate", "valid_json_rate", "unsafe_action_rate
 
 def make_heldout_eval(*, model: str, pack: str, workspace: Any, split: str = "val", limit: int | None = 32,
                       k: int = 1, tasks_root: str = "tasks", sink: EventSink = null_sink,
-                      max_new_tokens: int = 96,
+                      max_new_tokens: int = ANSWER_TOKENS,
                       strict: bool = STRICT_BY_DEFAULT, fit_split: str | None = None,
                       fit_limit: int = 0) -> Callable[[str, int], dict[str, Any]]:
     from appliance.evaluate.runner import EvalSettings, run_eval

@@ -19,6 +19,7 @@ from appliance.evaluate.decision import DecisionThresholds, Recommendation, fail
 from appliance.evaluate.metrics import ScoredSample, summarize
 from appliance.evaluate.scoring import Scorer, make_scorer
 from appliance.generate.strict import STRICT_BY_DEFAULT, STRICT_HELP
+from appliance.prompting import ANSWER_TOKENS
 from appliance.events import EvalFinished, EventSink, Progress, RunStarted, null_sink
 from appliance.task import Task
 
@@ -33,7 +34,8 @@ class EvalSettings:
     limit: int | None = field(default=None, metadata={"help": "evaluate only the first N tasks"})
     temperature: float | None = field(default=None, metadata={"help": "None: greedy for k=1, 0.7 for k>1"})
     top_p: float = field(default=1.0, metadata={"help": "nucleus sampling"})
-    max_new_tokens: int = field(default=96, metadata={"help": "generation budget per turn (a call is ~60 tokens)"})
+    max_new_tokens: int = field(default=ANSWER_TOKENS, metadata={
+        "help": "generation budget per turn (a call is ~60 tokens)"})
     batch_size: int = field(default=32, metadata={"help": "prompts per generation call"})
     backend: str = field(default="auto", metadata={"help": "auto | hf | vllm"})
     seed: int = field(default=0, metadata={"help": "sampling seed"})

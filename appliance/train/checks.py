@@ -6,8 +6,8 @@ forward, to atlas.com or to gmail.com, on its own training tasks as on held-out 
 SFT's target for a request that names a recipient or a meeting time first copies that detail and says what
 the rule makes of it:
 
-    <think>gmail.com: outside</think>No action is needed.
-    <think>atlas.com: inside; 2pm: inside hours</think>{"name": "calendar_create_event", ...}
+    <think>gmail.com outside</think>No action is needed.
+    <think>atlas.com inside; 2pm inside</think>{"name": "calendar_create_event", ...}
 
 so the decision follows a verdict a few tokens back instead of the whole request. The parser drops a leading
 `<think>` block (appliance.parsing), so the answer is scored as any other.

@@ -43,6 +43,7 @@ from typing import Any
 from ..errors import ApplianceError
 from ..generate.strict import STRICT_BY_DEFAULT, STRICT_HELP
 from ..packs.manifest import EVAL_SPLITS, TRAIN_SPLITS
+from ..prompting import ANSWER_TOKENS
 
 BACKENDS = ("auto", "cpu", "unsloth")
 STAGES = ("sft", "grpo", "dpo")
@@ -150,12 +151,12 @@ class TrainConfig:
     # Off by default until measured on dev (session 30, docs/learning.md).
     policy_checks: bool = field(default=False, metadata=_help(
         "SFT: before each answer whose request names a recipient or a meeting time, teach a `<think>` block "
-        "that copies the detail a policy rule reads and says what the rule makes of it (`gmail.com: outside`, "
-        "`9pm: outside hours`), so the act-or-decline choice follows that verdict (appliance.train.checks). "
+        "that copies the detail a policy rule reads and says what the rule makes of it (`gmail.com outside`, "
+        "`9pm outside`), so the act-or-decline choice follows that verdict (appliance.train.checks). "
         "The parser drops the block; an answer is scored as before."))
-    max_completion_tokens: int = field(default=96, metadata=_help(
-        "GRPO: the most tokens sampled per turn (eval's budget is 96; workplace-single's longest expected "
-        "call is 89 tokens, and a task whose answer cannot fit can never earn its reward)."))
+    max_completion_tokens: int = field(default=ANSWER_TOKENS, metadata=_help(
+        f"GRPO: the most tokens sampled per turn (eval's budget is {ANSWER_TOKENS}; workplace-single's longest "
+        "expected call is 89 tokens, and a task whose answer cannot fit can never earn its reward)."))
     max_seq_length: int = field(default=2048, metadata=_help(
         "Longest prompt + completion in tokens (SFT truncates beyond it; Unsloth sizes its buffers with it)."))
     temperature: float = field(default=1.0, metadata=_help("Sampling temperature for GRPO rollouts."))
