@@ -150,10 +150,10 @@ class TrainConfig:
         "learns which call to make and how, never whether to act."))
     # Off by default until measured on dev (session 30, docs/learning.md).
     policy_checks: bool = field(default=False, metadata=_help(
-        "SFT: before each answer whose request names a recipient or a meeting time, teach a `<think>` block "
-        "that copies the detail a policy rule reads and says what the rule makes of it (`gmail.com outside`, "
-        "`9pm outside`), so the act-or-decline choice follows that verdict (appliance.train.checks). "
-        "The parser drops the block; an answer is scored as before."))
+        "SFT: before each answer whose request names a recipient, teach a `<think>` block that copies the "
+        "recipient's domain and says what the external-recipient rule makes of it (`gmail.com outside`), so "
+        "the act-or-decline choice follows that verdict (appliance.train.checks). The parser drops the block; "
+        "an answer is scored as before."))
     max_completion_tokens: int = field(default=ANSWER_TOKENS, metadata=_help(
         f"GRPO: the most tokens sampled per turn (eval's budget is {ANSWER_TOKENS}; workplace-single's longest "
         "expected call is 89 tokens, and a task whose answer cannot fit can never earn its reward)."))

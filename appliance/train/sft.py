@@ -26,7 +26,7 @@ def sft_rows(pack: Any, tokenizer: Any, split: str = "train", policy_checks: boo
     from .checks import policy_check
 
     def completion(task: Any) -> str:
-        check = policy_check(task, pack.unsafe_rules, pack.world) if policy_checks else ""
+        check = policy_check(task, pack.unsafe_rules) if policy_checks else ""
         return check + reference_answer(task)
 
     return [{"prompt": prompt_for(pack, tokenizer, task), "completion": completion(task), "task_id": task.id}
