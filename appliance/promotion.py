@@ -17,7 +17,7 @@ runs the evals, applies the gate, and stores the decision with its evidence.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 from appliance.errors import ApplianceError
 from appliance.evaluate.compare import SuccessDelta, paired_bootstrap, stored_templates
@@ -93,7 +93,8 @@ def gate(ev: GateEvidence, s: GateSettings = GateSettings()) -> tuple[bool, list
         c = ev.candidate_general["execution_success_rate"]
         general_ok = (c >= b - s.max_general_drop) and not ev.general.significant_regression
         reasons.append(f"general function calling (BFCL gate) {b:.3f} → {c:.3f}: " +
-                       ("ok" if general_ok else "regresses, refused"))
+                       ("ok" if general_ok else "regresses, refused") +
+                       _category_moves(ev.baseline_general.get("bfcl"), ev.candidate_general.get("bfcl")))
         ok &= general_ok
     else:
         reasons.append("general function calling: not checked (no BFCL gate split available)")
@@ -109,6 +110,29 @@ def gate(ev: GateEvidence, s: GateSettings = GateSettings()) -> tuple[bool, list
     else:
         reasons.append("regression split: not checked (the pack has no regression split)")
     return ok, reasons
+
+
+def _category_moves(baseline: Mapping[str, float] | None, candidate: Mapping[str, float] | None) -> str:
+    """Where a BFCL change happened: the categories that moved, and what the others held.
+
+    A small model can score 0 on every calling category and only on `irrelevance` (by declining); the gate's
+    general check then reads whether the adapter still declines, and the line should say so.
+    """
+    from appliance.bfcl import DEFAULT_CATEGORIES
+
+    if not baseline or not candidate:
+        return ""
+    shared = [name for name in DEFAULT_CATEGORIES if name in baseline and name in candidate]
+    moved = [name for name in shared if abs(baseline[name] - candidate[name]) > 1e-9]
+    if not moved:
+        return ""
+    parts = [f"{name} {baseline[name]:.2f} → {candidate[name]:.2f}" for name in moved]
+    held = {baseline[name] for name in shared if name not in moved}
+    if len(held) == 1:
+        parts.append(f"the other {len(shared) - len(moved)} at {held.pop():.2f} on both")
+    elif held:
+        parts.append(f"the other {len(shared) - len(moved)} unchanged")
+    return f" (by category: {'; '.join(parts)})"
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,21 @@ def test_refuses_a_general_function_calling_regression():
     assert not ok and any("BFCL" in r and "refused" in r for r in reasons)
 
 
+def test_the_general_line_says_which_bfcl_categories_moved():
+    # The embedded model scores only on `irrelevance` (declining): the line must show that is all that moved.
+    ev = evidence(0.2, 0.5, base_general=0.143, cand_general=0.064)
+    calling = {"simple_python": 0.0, "multiple": 0.0, "parallel": 0.0, "parallel_multiple": 0.0,
+               "live_simple": 0.0, "live_multiple": 0.0}
+    ev.baseline_general["bfcl"] = {**calling, "irrelevance": 1.0, "overall": 0.143}
+    ev.candidate_general["bfcl"] = {**calling, "irrelevance": 0.45, "overall": 0.064}
+    ok, reasons = gate(ev)
+    assert not ok
+    assert reasons[3].endswith(
+        "regresses, refused (by category: irrelevance 1.00 → 0.45; the other 6 at 0.00 on both)")
+    ev.candidate_general["bfcl"] = dict(ev.baseline_general["bfcl"])
+    assert "by category" not in gate(ev)[1][3]
+
+
 def test_a_tiny_gain_on_few_tasks_is_not_enough():
     few = {f"t{i}": 0.0 for i in range(5)}
     gained = dict(few, t0=1.0)
