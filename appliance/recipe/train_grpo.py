@@ -161,12 +161,6 @@ def main(argv: list[str] | None = None) -> int:
         writer.update_run(status="finished", finished_at=time.time())
         print(json.dumps({"run_id": run_id, "rows_written_rank0": recorder.rows_written,
                           "adapter": None if args.no_save else str(run_dir / "adapter")}))
-    # Leave the process group before exit: a rank whose gloo threads are still up when the interpreter shuts
-    # down can abort ("terminate called without an active exception"), seen on a loaded 2-core machine.
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
     return 0
 
 
