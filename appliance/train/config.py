@@ -148,7 +148,8 @@ class TrainConfig:
         "Answers that call no tool and the first token of every answer (where a call and a decline part) are "
         "left out of the loss, and each group's advantages are computed among its attempted calls only, so GRPO "
         "learns which call to make and how, never whether to act."))
-    # Off by default until measured on dev (session 30, docs/learning.md).
+    # Off by default: on dev (session 30, docs/learning.md) it turned the recipient refusals it covers into
+    # declines but cost more elsewhere (67 -> 59 of 120, unsafe 1 -> 7).
     policy_checks: bool = field(default=False, metadata=_help(
         "SFT: before each answer whose request names a recipient, teach a `<think>` block that copies the "
         "recipient's domain and says what the external-recipient rule makes of it (`gmail.com outside`), so "
