@@ -25,8 +25,10 @@ def sft_rows(pack: Any, tokenizer: Any, split: str = "train", policy_checks: boo
     from ..prompting import reference_answer
     from .checks import policy_check
 
+    rules = pack.unsafe_rules  # a fresh copy per access: read once, not once per task
+
     def completion(task: Any) -> str:
-        check = policy_check(task, pack.unsafe_rules) if policy_checks else ""
+        check = policy_check(task, rules) if policy_checks else ""
         return check + reference_answer(task)
 
     return [{"prompt": prompt_for(pack, tokenizer, task), "completion": completion(task), "task_id": task.id}
