@@ -38,6 +38,8 @@ from typing import Any, Iterable, Sequence
 from appliance.task import ToolCall
 
 NO_ACTION_TEXT = "No action is needed."
+# The decline SFT teaches with `missing_tool_share`: a request none of the listed tools can carry out.
+MISSING_TOOL_TEXT = "None of my tools can do that."
 # Tokens an answer may take: eval's generation budget per turn, and what GRPO samples per turn.
 ANSWER_TOKENS = 96
 

@@ -392,10 +392,15 @@ def trainer_args(config: TrainConfig, run: RunContext) -> dict[str, Any]:
     }
 
 
-def prompt_for(pack: Any, tokenizer: Any, task: Any) -> str:
-    """The exact prompt eval uses (appliance.evaluate renders it the same way)."""
+def tools_shown(pack: Any, task: Any) -> list[dict[str, Any]]:
+    """The tools listed in `task`'s prompt: the pack's choice for the task when it makes one, else all of them."""
+    tools_for = getattr(pack, "tools_for", None)
+    return tools_for(task) if tools_for is not None else pack.tools
+
+
+def prompt_for(pack: Any, tokenizer: Any, task: Any, tools: list[dict[str, Any]] | None = None) -> str:
+    """The exact prompt eval uses (appliance.evaluate renders it the same way); `tools` replaces the listing."""
     from ..prompting import render_prompt
 
-    tools_for = getattr(pack, "tools_for", None)
-    tools = tools_for(task) if tools_for is not None else pack.tools
-    return render_prompt(tokenizer, pack.system_prompt, list(task.messages), tools)
+    listing = tools_shown(pack, task) if tools is None else tools
+    return render_prompt(tokenizer, pack.system_prompt, list(task.messages), listing)

@@ -155,6 +155,12 @@ class TrainConfig:
         "recipient's domain and says what the external-recipient rule makes of it (`gmail.com outside`), so "
         "the act-or-decline choice follows that verdict (appliance.train.checks). The parser drops the block; "
         "an answer is scored as before."))
+    # Off by default: not yet measured (session 31, docs/learning.md).
+    missing_tool_share: float = field(default=0.0, metadata=_help(
+        "SFT: the share of the split's tool-calling tasks that are also taught once more with the tools they "
+        "call left out of the listing and a plain decline as the answer (`None of my tools can do that.`), so "
+        "the adapter learns to check that a tool fits before calling one (BFCL's irrelevance rows ask that); "
+        "a stable hash of the task id picks them; 0 = off."))
     max_completion_tokens: int = field(default=ANSWER_TOKENS, metadata=_help(
         f"GRPO: the most tokens sampled per turn (eval's budget is {ANSWER_TOKENS}; workplace-single's longest "
         "expected call is 89 tokens, and a task whose answer cannot fit can never earn its reward)."))
@@ -254,6 +260,9 @@ class TrainConfig:
                 raise ApplianceError(f"batch_size must be at least 1, not {self.batch_size!r}.")
             if self.stage == "sft" and self.epochs is not None and not 0 < self.epochs < float("inf"):
                 raise ApplianceError(f"epochs must be a positive number of passes, not {self.epochs!r}.")
+            if not 0 <= self.missing_tool_share <= 1:
+                raise ApplianceError(f"missing_tool_share must be a share from 0 to 1, "
+                                     f"not {self.missing_tool_share!r}.")
         if self.stage == "grpo":
             for name in ("prompts_per_step", "max_completion_tokens"):
                 if getattr(self, name) < 1:

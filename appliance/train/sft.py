@@ -11,28 +11,55 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import zlib
 from typing import Any, Callable
 
 from ..events import EventSink, null_sink
 from .callbacks import build_callback
-from .common import (TrainResult, finish_run, prompt_for, start_run, train_with_guard, trainer_args,
+from .common import (TrainResult, finish_run, prompt_for, start_run, tools_shown, train_with_guard, trainer_args,
                      training_split_or_fail)
 from .config import TrainConfig
 
 
-def sft_rows(pack: Any, tokenizer: Any, split: str = "train", policy_checks: bool = False) -> list[dict[str, str]]:
-    """One prompt/completion pair per task of `split`; with `policy_checks`, a check block before the answer."""
+def sft_rows(pack: Any, tokenizer: Any, split: str = "train", policy_checks: bool = False,
+             missing_tool_share: float = 0.0) -> list[dict[str, str]]:
+    """One prompt/completion pair per task of `split`; with `policy_checks`, a check block before the answer;
+    with `missing_tool_share`, that share of the calling tasks once more without their tools (missing_tool_rows)."""
     from ..prompting import reference_answer
     from .checks import policy_check
 
     rules = pack.unsafe_rules  # a fresh copy per access: read once, not once per task
+    tasks = pack.tasks(split)
 
     def completion(task: Any) -> str:
         check = policy_check(task, rules) if policy_checks else ""
         return check + reference_answer(task)
 
-    return [{"prompt": prompt_for(pack, tokenizer, task), "completion": completion(task), "task_id": task.id}
-            for task in pack.tasks(split)]
+    rows = [{"prompt": prompt_for(pack, tokenizer, task), "completion": completion(task), "task_id": task.id}
+            for task in tasks]
+    return rows + missing_tool_rows(pack, tokenizer, tasks, missing_tool_share)
+
+
+def missing_tool_rows(pack: Any, tokenizer: Any, tasks: list[Any], share: float) -> list[dict[str, str]]:
+    """For a stable `share` of the tasks that call a tool: the same request with every tool it calls left out of
+    the listing, answered with MISSING_TOOL_TEXT. Tasks whose listing would be empty are skipped."""
+    from ..prompting import MISSING_TOOL_TEXT
+
+    rows = []
+    for task in tasks:
+        if not task.expected or _stable_fraction(task.id) >= share:
+            continue
+        called = {call.name for call in task.expected}
+        tools = [tool for tool in tools_shown(pack, task) if tool["function"]["name"] not in called]
+        if tools:
+            rows.append({"prompt": prompt_for(pack, tokenizer, task, tools),
+                         "completion": MISSING_TOOL_TEXT, "task_id": task.id})
+    return rows
+
+
+def _stable_fraction(key: str) -> float:
+    """A number in [0, 1) fixed by `key`: the same tasks are picked in every run and on every machine."""
+    return zlib.crc32(f"missing-tool:{key}".encode("utf-8")) / 2**32
 
 
 def sft_args(config: TrainConfig, run: Any, n_examples: int) -> dict[str, Any]:
@@ -59,7 +86,7 @@ def run_sft(config: TrainConfig, *, sink: EventSink = null_sink,
     run = start_run(dataclasses.replace(config, stage="sft"), "sft", sink, pack=pack, workspace=workspace)
     split = training_split_or_fail(run)
     model, tokenizer = run.backend.load_for_training(run.config)
-    rows = sft_rows(run.pack, tokenizer, split, run.config.policy_checks)
+    rows = sft_rows(run.pack, tokenizer, split, run.config.policy_checks, run.config.missing_tool_share)
     dataset = Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]} for r in rows])
     args = sft_args(run.config, run, len(rows))
     callback = build_callback(run, recorder=None, on_eval=on_eval)

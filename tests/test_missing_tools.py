@@ -1,0 +1,73 @@
+"""SFT's missing-tool rows: the same request without the tools it calls, answered with a decline."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from appliance.errors import ApplianceError
+from appliance.packs import load_pack
+from appliance.prompting import MISSING_TOOL_TEXT
+from appliance.train import TrainConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def pack():
+    return load_pack(ROOT / "tasks" / "workplace-single")
+
+
+def _rows(pack, tiny_model_dir, share):
+    from transformers import AutoTokenizer
+
+    from appliance.train.sft import sft_rows
+
+    return sft_rows(pack, AutoTokenizer.from_pretrained(tiny_model_dir), "dev", missing_tool_share=share)
+
+
+def _tools_left(pack, task):
+    called = {call.name for call in task.expected}
+    return [tool for tool in pack.tools_for(task) if tool["function"]["name"] not in called]
+
+
+def test_off_by_default_and_at_zero(pack, tiny_model_dir):
+    assert TrainConfig().missing_tool_share == 0
+    rows = _rows(pack, tiny_model_dir, 0.0)
+    assert [r["task_id"] for r in rows] == [t.id for t in pack.tasks("dev")]
+    assert not any(r["completion"] == MISSING_TOOL_TEXT for r in rows)
+
+
+def test_the_extra_rows_list_every_tool_but_the_ones_the_task_calls(pack, tiny_model_dir):
+    plain = {r["task_id"]: r for r in _rows(pack, tiny_model_dir, 0.0)}
+    rows = _rows(pack, tiny_model_dir, 1.0)
+    extra = rows[len(plain):]
+    calling = [t for t in pack.tasks("dev") if t.expected]
+    kept = [t for t in calling if _tools_left(pack, t)]
+    assert rows[:len(plain)] == list(plain.values())
+    # at share 1 every calling task whose listing keeps a tool, and nothing else (a lone directory lookup has none)
+    assert [r["task_id"] for r in extra] == [t.id for t in kept] and len(kept) > 0.8 * len(calling)
+    calling = kept
+    for row, task in zip(extra, calling):
+        assert row["completion"] == MISSING_TOOL_TEXT
+        called = {call.name for call in task.expected}
+        for tool in pack.tools_for(task):  # the listing lost exactly the called tools
+            name = tool["function"]["name"]
+            shown_before = f"- {name}(" in plain[task.id]["prompt"]
+            assert shown_before and (f"- {name}(" in row["prompt"]) == (name not in called), (task.id, name)
+        assert row["prompt"].endswith(plain[task.id]["prompt"][-200:])  # the same request, the same ending
+
+
+def test_the_share_picks_a_stable_subset(pack, tiny_model_dir):
+    half = [r["task_id"] for r in _rows(pack, tiny_model_dir, 0.5) if r["completion"] == MISSING_TOOL_TEXT]
+    again = [r["task_id"] for r in _rows(pack, tiny_model_dir, 0.5) if r["completion"] == MISSING_TOOL_TEXT]
+    fifth = {r["task_id"] for r in _rows(pack, tiny_model_dir, 0.2) if r["completion"] == MISSING_TOOL_TEXT}
+    calling = sum(bool(t.expected) for t in pack.tasks("dev"))
+    assert half == again and fifth < set(half)
+    assert 0.3 * calling < len(half) < 0.7 * calling
+
+
+@pytest.mark.parametrize("share", [-0.1, 1.5])
+def test_a_share_outside_0_to_1_is_one_sentence(share):
+    with pytest.raises(ApplianceError, match="missing_tool_share must be a share from 0 to 1"):
+        TrainConfig(stage="sft", missing_tool_share=share).validate()
