@@ -155,7 +155,8 @@ class TrainConfig:
         "recipient's domain and says what the external-recipient rule makes of it (`gmail.com outside`), so "
         "the act-or-decline choice follows that verdict (appliance.train.checks). The parser drops the block; "
         "an answer is scored as before."))
-    # Off by default: not yet measured (session 31, docs/learning.md).
+    # Off by default: on dev (session 31, docs/learning.md, H24) at 0.2 it took the default SFT's dev success from
+    # 68 to 41 of 120 (unsafe 1 -> 5) while BFCL dev's irrelevance declines rose from 9 to 16 of 20 (base: 20).
     missing_tool_share: float = field(default=0.0, metadata=_help(
         "SFT: the share of the split's tool-calling tasks that are also taught once more with the tools they "
         "call left out of the listing and a plain decline as the answer (`None of my tools can do that.`), so "
