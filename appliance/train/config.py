@@ -43,7 +43,7 @@ from typing import Any
 from ..errors import ApplianceError
 from ..generate.strict import STRICT_BY_DEFAULT, STRICT_HELP
 from ..packs.manifest import EVAL_SPLITS, TRAIN_SPLITS
-from ..prompting import ANSWER_TOKENS
+from ..prompting import ANSWER_TOKENS, MISSING_TOOL_TEXT
 
 BACKENDS = ("auto", "cpu", "unsloth")
 STAGES = ("sft", "grpo", "dpo")
@@ -159,7 +159,7 @@ class TrainConfig:
     # 68 to 41 of 120 (unsafe 1 -> 5) while BFCL dev's irrelevance declines rose from 9 to 16 of 20 (base: 20).
     missing_tool_share: float = field(default=0.0, metadata=_help(
         "SFT: the share of the split's tool-calling tasks that are also taught once more with the tools they "
-        "call left out of the listing and a plain decline as the answer (`None of my tools can do that.`), so "
+        f"call left out of the listing and a plain decline as the answer (`{MISSING_TOOL_TEXT}`), so "
         "the adapter learns to check that a tool fits before calling one (BFCL's irrelevance rows ask that); "
         "a stable hash of the task id picks them; 0 = off."))
     max_completion_tokens: int = field(default=ANSWER_TOKENS, metadata=_help(
