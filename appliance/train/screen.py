@@ -107,13 +107,12 @@ def gold_logprobs(pack: Any, model: Any, tokenizer: Any, tasks: list[Any], *, te
     """
     from ..generate.hf import HFGenerator
     from ..prompting import reference_answer
-    from .common import prompt_for
+    from .common import prompt_for, tools_shown
     from .rollout import sampling_mode
 
     by_tools: dict[str, list[Any]] = defaultdict(list)
     for task in tasks:
-        tools = pack.tools_for(task) if hasattr(pack, "tools_for") else pack.tools
-        by_tools[json.dumps(tools, sort_keys=True, default=str)].append(task)
+        by_tools[json.dumps(tools_shown(pack, task), sort_keys=True, default=str)].append(task)
     generator = HFGenerator(model, tokenizer, batch_size=16)
     logprob: dict[str, float] = {}
     with sampling_mode(model):
