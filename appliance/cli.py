@@ -220,6 +220,7 @@ _TRAIN_FLAGS = (  # (flag, TrainConfig field, type, the stages that take it; Non
     ("--train-split", "train_split", str, None), ("--eval-split", "eval_split", str, None),
     ("--epochs", "epochs", float, ("sft",)), ("--policy-checks", "policy_checks", bool, ("sft",)),
     ("--missing-tool-share", "missing_tool_share", float, ("sft",)),
+    ("--decision-weight", "decision_weight", float, ("sft",)),
     ("--batch-size", "batch_size", int, ("sft", "dpo")),
     ("--preset", "preset", str, ("grpo",)), ("--num-generations", "num_generations", int, ("grpo",)),
     ("--prompts-per-step", "prompts_per_step", int, ("grpo",)),

@@ -32,7 +32,8 @@ class Backend(Protocol):
     # Optional (read with getattr): `supports_guidance` (make_grpo_trainer accepts a `guide`, an
     # appliance.train.rollout.Guide, for guide_failed_groups; grpo.py), `supports_resampling` (it accepts a
     # `refill`, an appliance.train.rollout.FlatGroupRefill, for resample_flat_groups), `supports_sft_anchor` and
-    # `supports_keep_decisions` (its GRPO loss is TRL's, which our trainer mixin extends), `kl_reference` ("start": with beta > 0
+    # `supports_keep_decisions` (its GRPO loss is TRL's, which our trainer mixin extends), `supports_decision_weight`
+    # (its SFT loss is TRL's fused-head one, which appliance.train.sft.DecisionWeightedLoss scales), `kl_reference` ("start": with beta > 0
     # the KL term is against the starting adapter, TRL's rule; "base": against the base model),
     # `settings_in_force(config)` (settings the backend replaces, as the run gets them) and
     # `memory_knobs(config)` (settings to name in out-of-memory advice besides the run's sizes).
@@ -104,12 +105,15 @@ def get_backend(name: str, config: "TrainConfig | None" = None) -> Backend:
     return module.make_backend(config)
 
 
-def build_sft_trainer(model: Any, tokenizer: Any, dataset: Any, args: dict[str, Any], callbacks: list[Any]) -> Any:
-    """TRL's SFTTrainer from SFTConfig kwargs (after unsloth is imported, TRL's classes are its patched ones)."""
+def build_sft_trainer(model: Any, tokenizer: Any, dataset: Any, args: dict[str, Any], callbacks: list[Any],
+                      trainer_mixin: type | None = None) -> Any:
+    """TRL's SFTTrainer (our mixin first in the MRO when given) from SFTConfig kwargs (after unsloth is imported,
+    TRL's classes are its patched ones)."""
     from trl import SFTConfig, SFTTrainer
 
-    return SFTTrainer(model=model, args=SFTConfig(**args), train_dataset=dataset, processing_class=tokenizer,
-                      callbacks=callbacks)
+    trainer_cls = SFTTrainer if trainer_mixin is None else type("ApplianceSFTTrainer", (trainer_mixin, SFTTrainer), {})
+    return trainer_cls(model=model, args=SFTConfig(**args), train_dataset=dataset, processing_class=tokenizer,
+                       callbacks=callbacks)
 
 
 class RenderedPromptIds:

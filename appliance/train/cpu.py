@@ -101,6 +101,7 @@ class CpuBackend:
     supports_guidance = True  # make_grpo_trainer takes `guide` (guide_failed_groups)
     supports_resampling = True  # make_grpo_trainer takes `refill` (resample_flat_groups)
     supports_sft_anchor = True  # ApplianceGRPOMixin.compute_loss adds it to TRL's loss (anchor.py)
+    supports_decision_weight = True  # its SFT loss is TRL's fused-head one (appliance.train.sft.DecisionWeightedLoss)
     supports_keep_decisions = True  # ApplianceGRPOMixin masks TRL's loss (callbacks.leave_decisions_out)
     kl_reference = "start"  # TRL keeps a frozen copy of init_adapter as the KL reference
 
@@ -139,7 +140,11 @@ class CpuBackend:
 
     def make_sft_trainer(self, model: Any, tokenizer: Any, dataset: Any, config: TrainConfig,
                          args: dict[str, Any], callbacks: list[Any]) -> Any:
-        trainer = build_sft_trainer(model, tokenizer, dataset, {**args, **self.backend_args()}, callbacks)
+        from .sft import DecisionWeightedLoss
+
+        trainer = build_sft_trainer(model, tokenizer, dataset, {**args, **self.backend_args()}, callbacks,
+                                    DecisionWeightedLoss)
+        trainer.appliance_decision_weight = config.decision_weight
         reuse_frozen_heads(trainer.model, tokenizer, dataset)
         return trainer
 

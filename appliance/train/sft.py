@@ -14,10 +14,11 @@ import time
 import zlib
 from typing import Any, Callable
 
+from ..errors import ApplianceError
 from ..events import EventSink, null_sink
 from .callbacks import build_callback
-from .common import (TrainResult, finish_run, prompt_for, start_run, tools_shown, train_with_guard, trainer_args,
-                     training_split_or_fail)
+from .common import (TrainResult, fail_run, finish_run, prompt_for, start_run, tools_shown, train_with_guard,
+                     trainer_args, training_split_or_fail)
 from .config import TrainConfig
 
 
@@ -62,6 +63,47 @@ def _stable_fraction(key: str) -> float:
     return zlib.crc32(f"missing-tool:{key}".encode("utf-8")) / 2**32
 
 
+class DecisionWeightedLoss:
+    """SFTTrainer mixin: each row's first answer token counts `appliance_decision_weight` times in the loss.
+
+    SmolLM2 parts a tool call from a decline at the answer's first token (`{"` against `No`), so under plain SFT
+    the act-or-decline choice is one token of about 46 in a row's loss (TrainConfig.decision_weight). TRL computes
+    the loss from the fused LM head's per-token log-probabilities (trl 1.16 sft_trainer.py:1609-1616, aligned
+    with `labels[:, 1:]`); a forward hook scales that row of them, so the loss's normaliser (the number of
+    answer tokens), the logged token accuracy and the entropy stay TRL's.
+    """
+
+    appliance_decision_weight: float = 1.0
+
+    def compute_loss(self, model: Any, inputs: dict[str, Any], return_outputs: bool = False,
+                     num_items_in_batch: Any = None) -> Any:
+        if self.appliance_decision_weight == 1.0:
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        weights = first_token_weights(inputs["labels"][:, 1:], self.appliance_decision_weight)
+
+        def weigh(module: Any, args: Any, kwargs: dict[str, Any], output: Any) -> Any:
+            if kwargs.get("fused_lm_head"):
+                output.log_probs = output.log_probs * weights
+            return output
+
+        handle = model.register_forward_hook(weigh, with_kwargs=True)
+        try:
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        finally:
+            handle.remove()
+
+
+def first_token_weights(shifted_labels: Any, weight: float) -> Any:
+    """A (batch, length) tensor of ones with `weight` at each row's first labelled position (none if unlabelled)."""
+    import torch
+
+    labelled = shifted_labels != -100
+    weights = torch.ones(labelled.shape, dtype=torch.float32, device=shifted_labels.device)
+    rows = labelled.any(dim=1).nonzero(as_tuple=True)[0]
+    weights[rows, labelled[rows].int().argmax(dim=1)] = weight
+    return weights
+
+
 def sft_args(config: TrainConfig, run: Any, n_examples: int) -> dict[str, Any]:
     args = {**trainer_args(config, run), "per_device_train_batch_size": config.batch_size,
             "max_length": config.max_seq_length, "completion_only_loss": True, "packing": False,
@@ -85,6 +127,9 @@ def run_sft(config: TrainConfig, *, sink: EventSink = null_sink,
     started = time.perf_counter()
     run = start_run(dataclasses.replace(config, stage="sft"), "sft", sink, pack=pack, workspace=workspace)
     split = training_split_or_fail(run)
+    if run.config.decision_weight != 1.0 and not getattr(run.backend, "supports_decision_weight", False):
+        raise fail_run(run, ApplianceError(f"decision_weight is not available on the {run.backend.name} backend "
+                                           "yet (it scales TRL's own SFT loss); use --backend cpu or leave it at 1."))
     model, tokenizer = run.backend.load_for_training(run.config)
     rows = sft_rows(run.pack, tokenizer, split, run.config.policy_checks, run.config.missing_tool_share)
     dataset = Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]} for r in rows])
