@@ -68,3 +68,21 @@ def test_the_loss_counts_the_first_answer_token_weight_times(config):
 def test_a_weight_that_is_not_a_positive_number_is_one_sentence(weight):
     with pytest.raises(ApplianceError, match="decision_weight must be a positive number"):
         TrainConfig(stage="sft", decision_weight=weight).validate()
+
+
+def test_a_backend_without_it_refuses_before_the_model_loads():
+    from types import SimpleNamespace
+
+    from appliance.train.sft import refuse_unsupported_sft_options
+
+    updates, events = [], []
+    run = SimpleNamespace(run_id="r", config=TrainConfig(stage="sft", decision_weight=3.0), emit=events.append,
+                          writer=SimpleNamespace(update_run=lambda **row: updates.append(row)),
+                          backend=SimpleNamespace(name="unsloth"))
+    with pytest.raises(ApplianceError, match="decision_weight is not available on the unsloth backend"):
+        refuse_unsupported_sft_options(run)
+    assert updates[0]["status"] == "failed" and events[0].type == "run_failed"
+    run.config = TrainConfig(stage="sft")  # plain SFT runs anywhere
+    assert refuse_unsupported_sft_options(run) is None
+    run.config, run.backend.supports_decision_weight = TrainConfig(stage="sft", decision_weight=3.0), True
+    assert refuse_unsupported_sft_options(run) is None

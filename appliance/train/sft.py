@@ -119,6 +119,13 @@ def sft_args(config: TrainConfig, run: Any, n_examples: int) -> dict[str, Any]:
     return args
 
 
+def refuse_unsupported_sft_options(run: Any) -> None:
+    """Refuse, before the model loads, a decision weight on a backend whose SFT loss is not TRL's (one sentence)."""
+    if run.config.decision_weight != 1.0 and not getattr(run.backend, "supports_decision_weight", False):
+        raise fail_run(run, ApplianceError(f"decision_weight is not available on the {run.backend.name} backend "
+                                           "yet (it scales TRL's own SFT loss); use --backend cpu or leave it at 1."))
+
+
 def run_sft(config: TrainConfig, *, sink: EventSink = null_sink,
             on_eval: Callable[..., dict] | None = None, pack: Any = None, workspace: Any = None) -> TrainResult:
     """Train a LoRA with SFT on `config.pack`'s `train` split (or `config.train_split`); checkpoints every eval_every steps and at the end."""
@@ -127,9 +134,7 @@ def run_sft(config: TrainConfig, *, sink: EventSink = null_sink,
     started = time.perf_counter()
     run = start_run(dataclasses.replace(config, stage="sft"), "sft", sink, pack=pack, workspace=workspace)
     split = training_split_or_fail(run)
-    if run.config.decision_weight != 1.0 and not getattr(run.backend, "supports_decision_weight", False):
-        raise fail_run(run, ApplianceError(f"decision_weight is not available on the {run.backend.name} backend "
-                                           "yet (it scales TRL's own SFT loss); use --backend cpu or leave it at 1."))
+    refuse_unsupported_sft_options(run)
     model, tokenizer = run.backend.load_for_training(run.config)
     rows = sft_rows(run.pack, tokenizer, split, run.config.policy_checks, run.config.missing_tool_share)
     dataset = Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]} for r in rows])
