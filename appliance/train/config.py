@@ -162,6 +162,8 @@ class TrainConfig:
         f"call left out of the listing and a plain decline as the answer (`{MISSING_TOOL_TEXT}`), so "
         "the adapter learns to check that a tool fits before calling one (BFCL's irrelevance rows ask that); "
         "a stable hash of the task id picks them; 0 = off."))
+    # Off by default: on dev (session 33, docs/learning.md) 10 on the ten-layer adapter made it call on every
+    # request (68 -> 46 of 120, unsafe 1 -> 11), and 4 with LoRA on every layer left each kind all one way (43).
     decision_weight: float = field(default=1.0, metadata=_help(
         "SFT: how many times each answer's first token counts in the loss. That token is where a tool call "
         "(`{\"`) and a decline part, so a larger weight puts more of each step into the act-or-decline choice "
