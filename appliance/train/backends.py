@@ -33,8 +33,8 @@ class Backend(Protocol):
     # appliance.train.rollout.Guide, for guide_failed_groups; grpo.py), `supports_resampling` (it accepts a
     # `refill`, an appliance.train.rollout.FlatGroupRefill, for resample_flat_groups), `supports_sft_anchor` and
     # `supports_keep_decisions` (its GRPO loss is TRL's, which our trainer mixin extends), `supports_decision_weight`
-    # (its SFT loss is TRL's fused-head one, which appliance.train.sft.DecisionWeightedLoss scales), `kl_reference` ("start": with beta > 0
-    # the KL term is against the starting adapter, TRL's rule; "base": against the base model),
+    # (its SFT loss is TRL's fused-head one, which appliance.train.sft.DecisionWeightedLoss scales), `kl_reference`
+    # ("start": with beta > 0 the KL term is against the starting adapter, TRL's rule; "base": against the base model),
     # `settings_in_force(config)` (settings the backend replaces, as the run gets them) and
     # `memory_knobs(config)` (settings to name in out-of-memory advice besides the run's sizes).
 
