@@ -333,6 +333,29 @@ def training_split_or_fail(run: RunContext) -> str:
     return split
 
 
+def refuse_options_of_our_trainer(run: RunContext, options: tuple[tuple[str, str, str | None, str], ...]) -> None:
+    """Refuse, before the model loads, an option of ours the pack or the backend cannot take (one sentence).
+
+    `options` rows are (TrainConfig field, backend capability, why a multi-turn pack cannot take it or None,
+    what the backend lacks); an option is in use when its value differs from TrainConfig's default.
+    """
+    from .multiturn import is_multi_turn
+
+    for name, capability, not_multi_turn, backend_lacks in options:
+        if getattr(run.config, name) == _TRAIN_DEFAULTS[name]:
+            continue
+        if not_multi_turn and is_multi_turn(run.pack):
+            raise fail_run(run, ApplianceError(
+                f"{name} needs a single-turn pack; {run.pack.name} runs multi-turn episodes, {not_multi_turn}."))
+        if not getattr(run.backend, capability, False):
+            raise fail_run(run, ApplianceError(
+                f"{name} is not available on the {run.backend.name} backend yet{backend_lacks}; use --backend cpu "
+                "or leave it off."))
+
+
+_TRAIN_DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+
+
 def fail_run(run: RunContext, err: BaseException) -> BaseException:
     """Record a run as failed (or stopped, for Ctrl-C) in the store and as an event; returns `err` to raise."""
     stopped = isinstance(err, KeyboardInterrupt)

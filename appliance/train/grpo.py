@@ -24,8 +24,8 @@ from typing import Any, Callable
 from ..errors import ApplianceError
 from ..events import EventSink, null_sink
 from .callbacks import ApplianceGRPOMixin, answer_declines, build_callback
-from .common import (TrainResult, fail_run, finish_run, prompt_for, start_run, train_with_guard, trainer_args,
-                     training_split_or_fail)
+from .common import (TrainResult, fail_run, finish_run, prompt_for, refuse_options_of_our_trainer, start_run,
+                     train_with_guard, trainer_args, training_split_or_fail)
 from .config import TrainConfig
 from .multiturn import MULTI_TURN_CPU_ONLY, agent_episodes, is_multi_turn, turn_limit
 from .presets import filters_zero_variance, grpo_options
@@ -116,17 +116,8 @@ _OPTIONS_OF_OUR_TRAINER = (
 
 
 def refuse_unsupported_options(run: Any) -> None:
-    """Refuse, before the model loads, an option of ours the pack or the backend cannot take (one sentence)."""
-    for name, capability, not_multi_turn, backend_lacks in _OPTIONS_OF_OUR_TRAINER:
-        if not getattr(run.config, name):
-            continue
-        if not_multi_turn and is_multi_turn(run.pack):
-            raise fail_run(run, ApplianceError(
-                f"{name} needs a single-turn pack; {run.pack.name} runs multi-turn episodes, {not_multi_turn}."))
-        if not getattr(run.backend, capability, False):
-            raise fail_run(run, ApplianceError(
-                f"{name} is not available on the {run.backend.name} backend yet{backend_lacks}; use --backend cpu "
-                "or leave it off."))
+    """Refuse, before the model loads, a GRPO option of ours the pack or the backend cannot take (one sentence)."""
+    refuse_options_of_our_trainer(run, _OPTIONS_OF_OUR_TRAINER)
 
 
 def flat_group_refill_for(run: Any, rows: list[dict[str, Any]], reward_funcs: list[Callable],

@@ -14,11 +14,10 @@ import time
 import zlib
 from typing import Any, Callable
 
-from ..errors import ApplianceError
 from ..events import EventSink, null_sink
 from .callbacks import build_callback
-from .common import (TrainResult, fail_run, finish_run, prompt_for, start_run, tools_shown, train_with_guard,
-                     trainer_args, training_split_or_fail)
+from .common import (TrainResult, finish_run, prompt_for, refuse_options_of_our_trainer, start_run, tools_shown,
+                     train_with_guard, trainer_args, training_split_or_fail)
 from .config import TrainConfig
 
 
@@ -119,11 +118,15 @@ def sft_args(config: TrainConfig, run: Any, n_examples: int) -> dict[str, Any]:
     return args
 
 
+# SFT options our own trainer code implements, as in grpo._OPTIONS_OF_OUR_TRAINER.
+_OPTIONS_OF_OUR_TRAINER = (
+    ("decision_weight", "supports_decision_weight", None, " (it scales TRL's own SFT loss)"),
+)
+
+
 def refuse_unsupported_sft_options(run: Any) -> None:
-    """Refuse, before the model loads, a decision weight on a backend whose SFT loss is not TRL's (one sentence)."""
-    if run.config.decision_weight != 1.0 and not getattr(run.backend, "supports_decision_weight", False):
-        raise fail_run(run, ApplianceError(f"decision_weight is not available on the {run.backend.name} backend "
-                                           "yet (it scales TRL's own SFT loss); use --backend cpu or leave it at 1."))
+    """Refuse, before the model loads, an SFT option of ours the backend cannot take (one sentence)."""
+    refuse_options_of_our_trainer(run, _OPTIONS_OF_OUR_TRAINER)
 
 
 def run_sft(config: TrainConfig, *, sink: EventSink = null_sink,
