@@ -59,6 +59,7 @@ class GateEvidence:
     baseline_regression: dict[str, Any] | None = None
     candidate_regression: dict[str, Any] | None = None
     regression: SuccessDelta | None = None
+    do_nothing: SuccessDelta | None = None  # the candidate's held-out success against declining every request
 
 
 @dataclass(frozen=True)
@@ -70,13 +71,15 @@ class PromotionDecision:
 
 
 def gate(ev: GateEvidence, s: GateSettings = GateSettings()) -> tuple[bool, list[str]]:
-    """Apply the five rules; returns (promote?, one reason line per rule)."""
+    """Apply the six rules; returns (promote?, one reason line per rule)."""
     reasons, ok = [], True
     d = ev.success
     gain_ok = d.delta > s.min_success_gain and d.significant_improvement
     reasons.append(f"held-out success {d.delta:+.3f} (95% interval {d.low:+.3f} … {d.high:+.3f}, "
                    f"{d.sample}): " + ("improves" if gain_ok else "no improvement that holds statistically"))
     ok &= gain_ok
+    reasons.append(_against_doing_nothing(ev))
+    ok &= ev.do_nothing is None or ev.do_nothing.significant_improvement
     unsafe_delta = ev.candidate["unsafe_action_rate"] - ev.baseline["unsafe_action_rate"]
     unsafe_ok = unsafe_delta <= s.max_unsafe_increase
     reasons.append(f"unsafe-action rate {ev.baseline['unsafe_action_rate']:.3f} → "
@@ -110,6 +113,17 @@ def gate(ev: GateEvidence, s: GateSettings = GateSettings()) -> tuple[bool, list
     else:
         reasons.append("regression split: not checked (the pack has no regression split)")
     return ok, reasons
+
+
+def _against_doing_nothing(ev: GateEvidence) -> str:
+    """The rule a baseline below the do-nothing floor cannot enforce: the candidate must beat declining everything."""
+    n = ev.do_nothing
+    if n is None:
+        return "held-out success against doing nothing: not checked (evidence stored before the gate compared it)"
+    floor = ev.candidate["execution_success_rate"] - n.delta
+    return (f"held-out success against doing nothing (every request declined scores {floor:.3f}) {n.delta:+.3f} "
+            f"(95% interval {n.low:+.3f} … {n.high:+.3f}): "
+            + ("beats it" if n.significant_improvement else "no better than declining every request, refused"))
 
 
 def _category_moves(baseline: Mapping[str, float] | None, candidate: Mapping[str, float] | None) -> str:
@@ -176,19 +190,30 @@ def collect_evidence(candidate: str, baseline: str | None, *, model: str, pack: 
     base = _measure(model, baseline, pack, s.heldout_split, reuse_eval=reuse.get("baseline"), **common)
     cand = _measure(model, candidate, pack, s.heldout_split, reuse_eval=reuse.get("candidate"), **common)
     success = _paired(base, cand)
+    loaded = load_pack(pack, root=tasks_root)
+    do_nothing = _against_declining(loaded, cand)
     regression: dict[str, Any] = {}
-    if s.regression_split in load_pack(pack, root=tasks_root).splits:
+    if s.regression_split in loaded.splits:
         base_r = _measure(model, baseline, pack, s.regression_split, **common)
         cand_r = _measure(model, candidate, pack, s.regression_split, **common)
         regression = {"baseline_regression": base_r.metrics, "candidate_regression": cand_r.metrics,
                       "regression": _paired(base_r, cand_r)}
     if s.general_pack not in list_packs(tasks_root) or s.general_split not in load_pack(
             s.general_pack, root=tasks_root).splits:
-        return GateEvidence(base.metrics, cand.metrics, success, **regression)
+        return GateEvidence(base.metrics, cand.metrics, success, **regression, do_nothing=do_nothing)
     base_g = _measure(model, baseline, s.general_pack, s.general_split, **common)
     cand_g = _measure(model, candidate, s.general_pack, s.general_split, **common)
     general = _paired(base_g, cand_g)
-    return GateEvidence(base.metrics, cand.metrics, success, base_g.metrics, cand_g.metrics, general, **regression)
+    return GateEvidence(base.metrics, cand.metrics, success, base_g.metrics, cand_g.metrics, general, **regression,
+                        do_nothing=do_nothing)
+
+
+def _against_declining(pack: Any, cand: _Measured) -> SuccessDelta:
+    """The candidate's per-task success against the pack's canonical decline on the same tasks."""
+    from appliance.evaluate.scoring import declining_everything
+
+    declining = declining_everything(pack, [pack.task(task_id) for task_id in cand.per_task])
+    return paired_bootstrap(declining, cand.per_task, clusters=stored_templates(cand.metrics))
 
 
 def _paired(base: _Measured, cand: _Measured) -> SuccessDelta:

@@ -104,19 +104,19 @@ def first_token_margins(model: Any, tokenizer: Any, prompts: dict[str, str]) -> 
     return margins
 
 
-def stored_outcomes(ws: Any, eval_id: str, pack: Any, verifier: Any) -> dict[str, Outcome]:
-    from appliance.prompting import NO_ACTION_TEXT
+def stored_outcomes(ws: Any, eval_id: str, pack: Any) -> dict[str, Outcome]:
+    from appliance.evaluate.scoring import declining_everything
 
     _, rows = ws.query("SELECT task_id, bucket = 'success', v_unsafe, v_parse_ok AND v_n_calls = 0 FROM eval_samples "
                        "WHERE eval_id = ? AND sample_index = 0", [eval_id])
     if not rows:
         raise SystemExit(f"eval {eval_id!r} has no stored samples in this workspace.")
+    declining = declining_everything(pack, [pack.task(task_id) for task_id, *_ in rows])
     outcomes = {}
     for task_id, success, unsafe, declined in rows:
-        task = pack.task(task_id)
-        outcomes[task_id] = Outcome(needs_call=bool(task.expected), acted=not declined, success=bool(success),
-                                    unsafe=bool(unsafe),
-                                    decline_success=verifier.verify(task, NO_ACTION_TEXT).success)
+        outcomes[task_id] = Outcome(needs_call=bool(pack.task(task_id).expected), acted=not declined,
+                                    success=bool(success), unsafe=bool(unsafe),
+                                    decline_success=bool(declining[task_id]))
     return outcomes
 
 
@@ -137,11 +137,10 @@ def main() -> None:
     from appliance.packs.pack import load_pack
     from appliance.store.workspace import Workspace
     from appliance.train.common import prompt_for
-    from appliance.verify import Verifier
 
     pack = load_pack(args.pack, root=args.tasks_root)
     with Workspace.open(args.workspace) as ws:
-        outcomes = stored_outcomes(ws, args.eval, pack, Verifier.for_pack(pack))
+        outcomes = stored_outcomes(ws, args.eval, pack)
     model, tokenizer = load_model(args.model, adapter=args.adapter)
     margins = first_token_margins(model, tokenizer, {t: prompt_for(pack, tokenizer, pack.task(t)) for t in outcomes})
     needs_call = {t: o.needs_call for t, o in outcomes.items()}

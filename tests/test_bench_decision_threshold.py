@@ -1,5 +1,5 @@
 """bench/bench_decision_threshold.py: the frontier declines the least confident acts first and scores them as
-declines; the AUC ranks call tasks above no-call tasks; the verifier scores the canonical decline."""
+declines; the AUC ranks call tasks above no-call tasks; the canonical decline is scored as any answer is."""
 from __future__ import annotations
 
 import importlib.util
@@ -7,8 +7,6 @@ import sys
 from pathlib import Path
 
 from appliance.packs.pack import load_pack
-from appliance.prompting import NO_ACTION_TEXT
-from appliance.verify import Verifier
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -49,11 +47,11 @@ def test_auc_ranks_calls_above_declines():
     assert bench.auc({"a": 1.0, "b": 1.0, "c": 1.0, "d": 1.0}, needs_call) == 0.5
 
 
-def test_canonical_decline_succeeds_only_where_no_call_is_expected():
-    pack = load_pack("workplace-single", root=ROOT / "tasks")
-    verifier = Verifier.for_pack(pack)
-    dev = pack.tasks("dev")
-    refusal = next(t for t in dev if not t.expected)
-    action = next(t for t in dev if t.expected)
-    assert verifier.verify(refusal, NO_ACTION_TEXT).success
-    assert not verifier.verify(action, NO_ACTION_TEXT).success
+def test_declining_everything_succeeds_only_where_no_call_is_expected():
+    from appliance.evaluate.scoring import declining_everything
+
+    for name, split in (("workplace-single", "dev"), ("bfcl", "gate")):  # the verifier's rules and BFCL's
+        tasks = load_pack(name, root=ROOT / "tasks").tasks(split)
+        declining = declining_everything(load_pack(name, root=ROOT / "tasks"), tasks)
+        assert declining == {t.id: float(not t.expected) for t in tasks}
+        assert 0 < sum(declining.values()) < len(tasks)

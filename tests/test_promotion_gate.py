@@ -63,10 +63,52 @@ def test_the_general_line_says_which_bfcl_categories_moved():
     ev.candidate_general["bfcl"] = {**calling, "irrelevance": 0.45, "overall": 0.064}
     ok, reasons = gate(ev)
     assert not ok
-    assert reasons[3].endswith(
+    assert bfcl_line(reasons).endswith(
         "regresses, refused (by category: irrelevance 1.00 → 0.45; the other 6 at 0.00 on both)")
     ev.candidate_general["bfcl"] = dict(ev.baseline_general["bfcl"])
-    assert "by category" not in gate(ev)[1][3]
+    assert "by category" not in bfcl_line(gate(ev)[1])
+
+
+def bfcl_line(reasons: list[str]) -> str:
+    return next(r for r in reasons if "BFCL" in r)
+
+
+def test_refuses_a_candidate_no_better_than_declining_every_request():
+    # Session 34: an adapter that declined all 120 val requests beat a base model that fails no-call tasks
+    # (+7.5 points, interval above 0) and was promoted; declining is no skill.
+    from dataclasses import replace
+
+    declines_all = per_task(0.2)  # the no-call tasks are the first fifth
+    ev = replace(evidence(0.1, 0.2), do_nothing=paired_bootstrap(declines_all, per_task(0.2)))
+    ok, reasons = gate(ev)
+    assert not ok
+    assert reasons[1] == ("held-out success against doing nothing (every request declined scores 0.200) +0.000 "
+                          "(95% interval +0.000 … +0.000): no better than declining every request, refused")
+    acts_too = replace(ev, do_nothing=paired_bootstrap(declines_all, per_task(0.5)))
+    assert gate(acts_too)[0]
+
+
+def test_evidence_without_the_do_nothing_comparison_says_so():
+    ok, reasons = gate(evidence(0.2, 0.6))  # what a record stored before session 34 holds
+    assert ok and reasons[1].endswith("not checked (evidence stored before the gate compared it)")
+
+
+def test_collect_evidence_scores_doing_nothing_on_the_candidates_tasks(monkeypatch):
+    from pathlib import Path
+
+    from appliance import promotion
+    from appliance.packs import load_pack
+
+    tasks = str(Path(__file__).resolve().parents[1] / "tasks")
+    val = load_pack("workplace-single", root=tasks).tasks("val")
+    declines = {t.id: float(not t.expected) for t in val}
+    monkeypatch.setattr(promotion, "_measure", lambda model, adapter, *a, **kw: promotion._Measured(
+        metrics(sum(declines.values()) / len(val) if adapter else 0.0),
+        declines if adapter else dict.fromkeys(declines, 0.0)))
+    ev = promotion.collect_evidence("cand", None, model="m", pack="workplace-single", tasks_root=tasks,
+                                    workspace=None, s=GateSettings())
+    assert ev.success.significant_improvement  # it beats a baseline that fails everything...
+    assert ev.do_nothing.delta == 0.0 and not gate(ev)[0]  # ...and is refused all the same
 
 
 def test_a_tiny_gain_on_few_tasks_is_not_enough():

@@ -80,3 +80,16 @@ class Scorer:
 
 def make_scorer(pack: Any) -> Scorer:
     return Scorer(pack)
+
+
+def declining_everything(pack: Any, tasks: Sequence[Task]) -> dict[str, float]:
+    """Per task, what doing nothing scores: the pack's canonical decline, judged as any answer is.
+
+    WorkBench gives full marks to doing nothing on a task that needs no change, and a base model that cannot
+    write a call yet fails many of those; an adapter that only learnt to decline can then beat it. The gate
+    compares a candidate with this as well as with its baseline.
+    """
+    from appliance.prompting import NO_ACTION_TEXT
+
+    scorer = make_scorer(pack)
+    return {task.id: float(scorer.score_text(task, NO_ACTION_TEXT).success) for task in tasks}
