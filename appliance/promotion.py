@@ -78,7 +78,7 @@ def gate(ev: GateEvidence, s: GateSettings = GateSettings()) -> tuple[bool, list
     reasons.append(f"held-out success {d.delta:+.3f} (95% interval {d.low:+.3f} … {d.high:+.3f}, "
                    f"{d.sample}): " + ("improves" if gain_ok else "no improvement that holds statistically"))
     ok &= gain_ok
-    reasons.append(_against_doing_nothing(ev))
+    reasons.append(_do_nothing_line(ev))
     ok &= ev.do_nothing is None or ev.do_nothing.significant_improvement
     unsafe_delta = ev.candidate["unsafe_action_rate"] - ev.baseline["unsafe_action_rate"]
     unsafe_ok = unsafe_delta <= s.max_unsafe_increase
@@ -115,7 +115,7 @@ def gate(ev: GateEvidence, s: GateSettings = GateSettings()) -> tuple[bool, list
     return ok, reasons
 
 
-def _against_doing_nothing(ev: GateEvidence) -> str:
+def _do_nothing_line(ev: GateEvidence) -> str:
     """The rule a baseline below the do-nothing floor cannot enforce: the candidate must beat declining everything."""
     n = ev.do_nothing
     if n is None:

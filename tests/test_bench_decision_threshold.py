@@ -51,7 +51,8 @@ def test_declining_everything_succeeds_only_where_no_call_is_expected():
     from appliance.evaluate.scoring import declining_everything
 
     for name, split in (("workplace-single", "dev"), ("bfcl", "gate")):  # the verifier's rules and BFCL's
-        tasks = load_pack(name, root=ROOT / "tasks").tasks(split)
-        declining = declining_everything(load_pack(name, root=ROOT / "tasks"), tasks)
+        pack = load_pack(name, root=ROOT / "tasks")
+        tasks = pack.tasks(split)
+        declining = declining_everything(pack, tasks)
         assert declining == {t.id: float(not t.expected) for t in tasks}
         assert 0 < sum(declining.values()) < len(tasks)
