@@ -62,6 +62,25 @@ def checkpoint_dir(root: str | Path, run_id: str, step: int) -> Path:
     return Path(root) / run_id / f"step-{step:05d}"
 
 
+def base_model_spec(manifest: dict[str, Any]) -> str | None:
+    """The model name an adapter's manifest should be loaded and recorded under (None if it names none).
+
+    The embedded model and hub models go by their id (`smollm2-135m`, `Qwen/Qwen3-4B`), the name the CLI,
+    the pipeline and the cockpit store evals under; the manifest's path for them is only where this machine
+    keeps the weights. A local model goes by its directory: its id is just the folder's name. A manifest
+    without a source (older runs, hand-made ones) uses the path where it exists.
+    """
+    base = manifest.get("base_model") or {}
+    if not isinstance(base, dict):
+        return None
+    source, model_id, path = base.get("source"), base.get("id"), base.get("path")
+    if source in ("embedded", "hub"):
+        return model_id or path
+    if source == "local":
+        return path or model_id
+    return path if path and Path(path).is_dir() else model_id or path
+
+
 # ---------------------------------------------------------------- hashing
 
 def base_model_hash(model_dir: str | Path) -> str:
@@ -276,7 +295,7 @@ def export_merged(ckpt: Checkpoint | str | Path, out_dir: str | Path, *, dtype: 
 
     ckpt = ckpt if isinstance(ckpt, Checkpoint) else load_checkpoint(ckpt)
     base = ckpt.manifest.get("base_model") or {}
-    spec = base.get("path") or base.get("id")
+    spec = base_model_spec(ckpt.manifest)
     if not spec:
         raise ApplianceError(f"{ckpt.path} has no base model in its manifest; cannot export it.")
     merged, tokenizer = load_model(spec, adapter=ckpt.path, dtype=dtype, for_training=False)  # merged on load

@@ -235,7 +235,7 @@ def promote(checkpoint: str, *, root: str = "checkpoints", model: str | None = N
     candidate = str(checkpoints.resolve_checkpoint(checkpoint, root))
     manifest = checkpoints.load_manifest(candidate)
     # Gate the adapter on the base model and pack it was trained for, unless told otherwise.
-    model = model or (manifest.get("base_model") or {}).get("path") or (manifest.get("base_model") or {}).get("id")
+    model = model or checkpoints.base_model_spec(manifest)
     pack = pack or (manifest.get("pack") or {}).get("name")
     if not model or not pack:
         raise ApplianceError(f"{candidate}'s manifest names no base model or pack; pass --model and --pack.")

@@ -111,3 +111,22 @@ def test_export_merged_writes_full_model(adapter_dir, tiny_model_dir, tmp_path):
     name = "model.layers.0.self_attn.q_proj.weight"
     assert not torch.equal(dict(merged.named_parameters())[name], dict(base.named_parameters())[name])
     assert json.loads((out / "export.json").read_text())["from_checkpoint"] == "run-e/step-00001"
+
+
+@pytest.mark.parametrize("base, expected", [
+    # The embedded and hub models go by the id evals are stored under, wherever their weights sit.
+    ({"id": "smollm2-135m", "source": "embedded", "path": "/cache/models/smollm2-135m"}, "smollm2-135m"),
+    ({"id": "Qwen/Qwen3-4B", "source": "hub", "path": "/cache/hub/snapshots/abc"}, "Qwen/Qwen3-4B"),
+    ({"id": "Qwen/Qwen3-4B", "source": "hub"}, "Qwen/Qwen3-4B"),  # a hub model not downloaded when trained
+    # A local model's id is only its folder's name: its path is the name that loads it.
+    ({"id": "my-model", "source": "local", "path": "/models/my-model"}, "/models/my-model"),
+])
+def test_base_model_spec_by_source(base, expected):
+    assert registry.base_model_spec({"base_model": base}) == expected
+
+
+def test_base_model_spec_without_a_source(tiny_model_dir, tmp_path):
+    """Older manifests: the path where it exists, else the id; nothing when the manifest names no model."""
+    assert registry.base_model_spec({"base_model": {"id": "tiny", "path": str(tiny_model_dir)}}) == str(tiny_model_dir)
+    assert registry.base_model_spec({"base_model": {"id": "tiny", "path": str(tmp_path / "gone")}}) == "tiny"
+    assert registry.base_model_spec({}) is None

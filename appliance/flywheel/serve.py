@@ -116,8 +116,7 @@ def resolve_served(config: ServeConfig) -> ServedModel:
             version, manifest = ckpt.id, ckpt.manifest
         else:
             version = str(folder)
-    base = manifest.get("base_model") or {}
-    base_spec = base.get("path") if base.get("path") and Path(base["path"]).is_dir() else base.get("id")
+    base_spec = checkpoints.base_model_spec(manifest)
     trained_on = (manifest.get("pack") or {}).get("name") if isinstance(manifest.get("pack"), dict) else None
     return ServedModel(model=config.model or base_spec or EvalSettings.model,
                        adapter=str(folder) if folder is not None else None, adapter_version=version,
