@@ -15,7 +15,7 @@ from typing import Any
 from appliance.errors import ApplianceError
 from appliance.evaluate.decision import recommend
 from appliance.evaluate.metrics import ScoredSample, summarize
-from appliance.evaluate.scoring import make_scorer
+from appliance.evaluate.scoring import declining_everything, make_scorer
 from appliance.evaluate.storage import EvalWriter
 
 
@@ -72,7 +72,8 @@ def verify_outputs_file(path: str, *, pack_name: str, split: str, scheme: str | 
                                     0.0, 0, 0))
         seen[task_id] += 1
     k = max(seen.values(), default=1)
-    metrics = summarize(samples, [tasks[t] for t in seen], k, time.perf_counter() - started)
+    answered = [tasks[t] for t in seen]
+    metrics = summarize(samples, answered, k, time.perf_counter() - started, declining_everything(pack, answered))
     eval_id = workspace.new_id("verify")
     writer = EvalWriter(workspace, _FileSettings(model=f"file:{Path(path).name}", adapter=None, split=split, k=k),
                         pack)

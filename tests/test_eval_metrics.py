@@ -40,9 +40,11 @@ def test_summarize_reports_seed_metrics_buckets_and_floor():
     samples = [sample("a", 0, "success"), sample("a", 1, "format_error", parse_ok=False),
                sample("b", 0, "wrong_tool"), sample("b", 1, "unsafe_action", unsafe=True),
                sample("none", 0, "success", latency=3.0, n_calls=0), sample("none", 1, "success", n_calls=0)]
-    m = summarize(samples, tasks, k=2, wall_s=2.0)
+    declining = {"a": 0.0, "b": 0.0, "none": 1.0}  # what scoring.declining_everything gives these tasks
+    m = summarize(samples, tasks, k=2, wall_s=2.0, do_nothing=declining)
     assert m["valid_json_rate"] == pytest.approx(5 / 6)
-    prose_instead_of_call = summarize([sample("a", 0, "missed_call", n_calls=0)], tasks, k=1, wall_s=1.0)
+    prose_instead_of_call = summarize([sample("a", 0, "missed_call", n_calls=0)], tasks, k=1, wall_s=1.0,
+                                      do_nothing=declining)
     assert prose_instead_of_call["valid_json_rate"] == 0.0
     assert m["execution_success_rate"] == pytest.approx(3 / 6)
     assert m["unsafe_action_rate"] == pytest.approx(1 / 6)
@@ -116,9 +118,9 @@ def test_an_eval_stores_the_template_of_each_tagged_task():
     tagged = [Task(id=f"t{i}", messages=hello, expected=(), tags={"template": f"tpl{i % 2}"}) for i in range(3)]
     untagged = Task(id="u", messages=hello, expected=())
     samples = [sample(t.id, 0, "success") for t in [*tagged, untagged]]
-    metrics = summarize(samples, [*tagged, untagged], k=1, wall_s=1.0)
+    metrics = summarize(samples, [*tagged, untagged], k=1, wall_s=1.0, do_nothing={})
     assert metrics["task_templates"] == {"t0": "tpl0", "t1": "tpl1", "t2": "tpl0"}
-    assert "task_templates" not in summarize(samples[-1:], [untagged], k=1, wall_s=1.0)
+    assert "task_templates" not in summarize(samples[-1:], [untagged], k=1, wall_s=1.0, do_nothing={})
 
 
 def test_metric_deltas_only_compares_shared_numbers():

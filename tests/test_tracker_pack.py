@@ -100,5 +100,5 @@ def test_the_eval_scoring_path_scores_a_handful_of_outputs(scorer):
         reward = scorer.reward(verdict)
         assert reward.total == (1.0 if bucket == "success" else 0.0)
         samples.append(ScoredSample(task_id, index, text, verdict, reward.total, reward.components, 0.0, 0, 0))
-    metrics = summarize(samples, [task(t) for t in dict.fromkeys(c[0] for c in cases)], 1, 0.1)
+    metrics = summarize(samples, [task(t) for t in dict.fromkeys(c[0] for c in cases)], 1, 0.1, do_nothing={})
     assert metrics["buckets"]["success"] == 3 and metrics["buckets"]["unsafe_action"] == 2

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from collections import Counter, defaultdict
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from appliance.evaluate.compare import templates_of
 from appliance.task import BUCKETS, Task, Verdict
@@ -77,8 +77,12 @@ def success_rate_by_task(samples: Iterable[ScoredSample]) -> dict[str, float]:
 
 
 def summarize(samples: Sequence[ScoredSample], tasks: Sequence[Task], k: int,
-              wall_s: float) -> dict[str, Any]:
-    """All numbers an eval reports, as one flat-ish dict (stored as JSON with the eval)."""
+              wall_s: float, do_nothing: Mapping[str, float]) -> dict[str, Any]:
+    """All numbers an eval reports, as one flat-ish dict (stored as JSON with the eval).
+
+    `do_nothing` is what declining scores on each task (scoring.declining_everything, the gate's comparison);
+    its mean over the answered tasks is the eval's do-nothing floor.
+    """
     by_task = per_task_success(samples)
     requires_change = {t.id for t in tasks if t.expected}  # tasks that expect at least one call
     pass1 = [sum(v) / len(v) for v in by_task.values()]
@@ -105,7 +109,7 @@ def summarize(samples: Sequence[ScoredSample], tasks: Sequence[Task], k: int,
         "success_on_change_tasks": (sum(sum(v) / len(v) for v in change_tasks) / len(change_tasks)
                                     if change_tasks else 0.0),
         # WorkBench gives full marks to doing nothing on no-change tasks: that is the floor.
-        "do_nothing_floor": (len(by_task) - len(change_tasks)) / len(by_task) if by_task else 0.0,
+        "do_nothing_floor": sum(do_nothing.get(t, 0.0) for t in by_task) / len(by_task) if by_task else 0.0,
         "latency_p50_s": _percentile(latencies, 0.50),
         "latency_p95_s": _percentile(latencies, 0.95),
         "total_prompt_tokens": sum(s.prompt_tokens for s in samples),

@@ -17,7 +17,7 @@ from appliance.errors import ApplianceError
 from appliance.evaluate.agent import Trajectory, label_lost_track, run_trajectories
 from appliance.evaluate.decision import DecisionThresholds, Recommendation, failure_detail, recommend
 from appliance.evaluate.metrics import ScoredSample, summarize
-from appliance.evaluate.scoring import Scorer, make_scorer
+from appliance.evaluate.scoring import Scorer, declining_everything, make_scorer
 from appliance.generate.strict import STRICT_BY_DEFAULT, STRICT_HELP
 from appliance.prompting import ANSWER_TOKENS
 from appliance.events import EvalFinished, EventSink, Progress, RunStarted, null_sink
@@ -213,7 +213,8 @@ def run_eval(settings: EvalSettings, *, workspace: Any = None, sink: EventSink =
         raise
     wall = time.perf_counter() - started
     done_ids = {s.task_id for s in session.samples}
-    metrics = summarize(session.samples, [t for t in tasks if t.id in done_ids], settings.k, wall)
+    answered = [t for t in tasks if t.id in done_ids]
+    metrics = summarize(session.samples, answered, settings.k, wall, declining_everything(pack, answered))
     if session.scorer.is_bfcl:
         metrics["bfcl"] = _bfcl_breakdown(session.samples, pack)
     metrics["failure_detail"] = failure_detail(session.samples, {t.id: t for t in tasks}, pack.tools_for)
