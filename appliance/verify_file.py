@@ -73,7 +73,8 @@ def verify_outputs_file(path: str, *, pack_name: str, split: str, scheme: str | 
         seen[task_id] += 1
     k = max(seen.values(), default=1)
     answered = [tasks[t] for t in seen]
-    metrics = summarize(samples, answered, k, time.perf_counter() - started, declining_everything(pack, answered))
+    metrics = summarize(samples, answered, k, time.perf_counter() - started,
+                        declining_everything(pack, answered, scorer))
     eval_id = workspace.new_id("verify")
     writer = EvalWriter(workspace, _FileSettings(model=f"file:{Path(path).name}", adapter=None, split=split, k=k),
                         pack)

@@ -214,7 +214,8 @@ def run_eval(settings: EvalSettings, *, workspace: Any = None, sink: EventSink =
     wall = time.perf_counter() - started
     done_ids = {s.task_id for s in session.samples}
     answered = [t for t in tasks if t.id in done_ids]
-    metrics = summarize(session.samples, answered, settings.k, wall, declining_everything(pack, answered))
+    metrics = summarize(session.samples, answered, settings.k, wall,
+                        declining_everything(pack, answered, session.scorer))
     if session.scorer.is_bfcl:
         metrics["bfcl"] = _bfcl_breakdown(session.samples, pack)
     metrics["failure_detail"] = failure_detail(session.samples, {t.id: t for t in tasks}, pack.tools_for)

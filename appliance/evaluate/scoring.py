@@ -82,8 +82,9 @@ def make_scorer(pack: Any) -> Scorer:
     return Scorer(pack)
 
 
-def declining_everything(pack: Any, tasks: Sequence[Task]) -> dict[str, float]:
-    """Per task, what doing nothing scores: the pack's canonical decline, judged as any answer is.
+def declining_everything(pack: Any, tasks: Sequence[Task], scorer: Scorer | None = None) -> dict[str, float]:
+    """Per task, what doing nothing scores: the pack's canonical decline, judged as any answer is (by `scorer`,
+    the eval's own where the caller has one; a decline's success does not depend on the reward scheme).
 
     WorkBench gives full marks to doing nothing on a task that needs no change, and a base model that cannot
     write a call yet fails many of those; an adapter that only learnt to decline can then beat it. The gate
@@ -91,5 +92,5 @@ def declining_everything(pack: Any, tasks: Sequence[Task]) -> dict[str, float]:
     """
     from appliance.prompting import NO_ACTION_TEXT
 
-    scorer = make_scorer(pack)
+    scorer = scorer or make_scorer(pack)
     return {task.id: float(scorer.score_text(task, NO_ACTION_TEXT).success) for task in tasks}
