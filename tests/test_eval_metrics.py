@@ -53,6 +53,10 @@ def test_summarize_reports_seed_metrics_buckets_and_floor():
     assert m["inconsistent_tasks"] == 1
     assert m["buckets"]["wrong_tool"] == 1 and m["buckets"]["success"] == 3
     assert m["do_nothing_floor"] == pytest.approx(1 / 3)
+    # The floor is the mean of the scores it is given, not the share of tasks that expect no call (also 1/3 above):
+    # a pack whose scorer gives declining partial credit on a calling task raises it.
+    partial = summarize(samples, tasks, k=2, wall_s=2.0, do_nothing={**declining, "b": 0.5})
+    assert partial["do_nothing_floor"] == pytest.approx(0.5)
     assert m["success_on_change_tasks"] == pytest.approx(0.25)
     assert m["latency_p95_s"] == 3.0
     assert m["tokens_per_s"] == pytest.approx(30 / 2.0)
