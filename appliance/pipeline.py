@@ -110,7 +110,8 @@ def run_stage(args: list[str], sink: EventSink) -> list[Event]:
     if code != 0:
         failed = next((e.error for e in reversed(events) if isinstance(e, RunFailed)), "")
         said = failed or next((ln.strip() for ln in reversed(stderr_tail) if ln.strip()), f"exit code {code}")
-        raise ApplianceError(f"`appliance {args[0]}` failed: {said}")
+        # The child's own sentence already starts with the CLI's "error: "; this one will be printed with it.
+        raise ApplianceError(f"`appliance {args[0]}` failed: {said.removeprefix('error: ')}")
     return events
 
 
@@ -130,7 +131,17 @@ def _common_args(s: PipelineSettings, workspace: Any) -> list[str]:
             "--strict" if s.strict else "--no-strict"]
 
 
+def check_inputs(s: PipelineSettings) -> None:
+    """Refuse an unknown pack or model in one sentence before any stage starts (no model loads here)."""
+    from appliance.models import require_available
+    from appliance.packs import load_pack
+
+    load_pack(s.pack, root=s.tasks_root)
+    require_available(s.model)
+
+
 def run_pipeline(s: PipelineSettings, *, workspace: Any, sink: EventSink = null_sink) -> PipelineResult:
+    check_inputs(s)
     run_id = workspace.new_id("pipeline")
     sink(RunStarted(run_id=run_id, kind="pipeline", config=asdict(s)))
     result = PipelineResult(lines=[])

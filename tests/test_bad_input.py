@@ -150,6 +150,8 @@ CASES = {
     "run baseline-k zero": (["run", "--baseline-k", "0"], "--baseline-k"),
     "run eval-limit zero": (["run", "--eval-limit", "0"], "--eval-limit"),
     "run sft-steps negative": (["run", "--sft-steps", "-1"], "--sft-steps"),
+    "run unknown pack": (["run", "--pack", "no-such-pack"], "no-such-pack"),
+    "run unknown hub model": (["run", "--model", "no/such-model"], "no/such-model"),
     "unknown command": (["frobnicate"], "frobnicate"),
 }
 
@@ -162,6 +164,13 @@ def test_bad_input_is_one_sentence_and_exit_2(case, files, tmp_path):
     proc = run_cli(*(arg.format(**files) for arg in args), workspace=workspace)
     line = assert_rejected(proc, workspace, before)
     assert needle in line, line
+
+
+def test_the_pipeline_refuses_an_unknown_pack_itself_before_any_stage_starts(tmp_path):
+    """Not a stage's refusal relayed ("`appliance eval` failed: ..."): no child process ran."""
+    proc = run_cli("run", "--pack", "no-such-pack", workspace=tmp_path / "ws")
+    line = assert_rejected(proc, tmp_path / "ws", store_rows(tmp_path / "ws"))
+    assert line.startswith("error: no task pack 'no-such-pack'") and "failed" not in line, line
 
 
 @pytest.fixture
