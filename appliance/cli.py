@@ -134,11 +134,11 @@ def _add_tasks(sub: argparse._SubParsersAction) -> None:
     p.add_argument("packs", nargs="*", help="pack names or folders (default: all)")
     _common(p)
     p = tsub.add_parser("stats", help="split sizes, kinds, domains and policies of a pack")
-    p.add_argument("pack", nargs="?", default=DEFAULT_PACK)
+    p.add_argument("pack", nargs="?", default=DEFAULT_PACK, help=f"pack name or folder (default: {DEFAULT_PACK})")
     _format(p, "one row per split")
     _common(p)
     p = tsub.add_parser("generate", help="regenerate the workplace packs (deterministic, seeded)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="generator seed: the same seed writes the same packs")
     p.add_argument("--workbench", default=None,
                    help="folder with WorkBench's data/ (default: ../shared/datasets/workbench if present)")
     _common(p)
@@ -154,8 +154,8 @@ def _add_tasks(sub: argparse._SubParsersAction) -> None:
 def _add_verify(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("verify", help="score a JSONL of model outputs against a pack split and store the verdicts")
     p.add_argument("outputs", type=text_file, help="JSONL with fields task_id and output (or completion)")
-    p.add_argument("--pack", default=DEFAULT_PACK)
-    p.add_argument("--split", default="val")
+    p.add_argument("--pack", default=DEFAULT_PACK, help=f"task pack the outputs answer (default: {DEFAULT_PACK})")
+    p.add_argument("--split", default="val", help="split the task ids belong to (default: val)")
     p.add_argument("--reward", default=None, help="reward scheme (default: the pack's)")
     _format(p, "the summary")
     _common(p)
@@ -205,7 +205,7 @@ def _add_audit(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--labels", type=text_file, default=None,
                    help="non-interactive: JSONL of {task_id, sample_index, label: agree|disagree, note} to record")
     p.add_argument("--export", type=new_file, default=None, help="write disagreements as JSONL to this file")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the stratified sample")
     _common(p)
 
 
@@ -289,26 +289,35 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
         _common(p, events=True)
 
 
+def _root(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--root", default="checkpoints",
+                   help="checkpoint registry the adapters live in (default: checkpoints)")
+
+
+def _checkpoint(p: argparse.ArgumentParser, dest: str = "checkpoint", what: str = "the checkpoint") -> None:
+    p.add_argument(dest, help=f"{what}: a step folder, as a path or relative to --root (e.g. <run>/step-00150)")
+
+
 def _add_checkpoints(sub: argparse._SubParsersAction) -> None:
     ck = sub.add_parser("checkpoints", help="list, show and diff versioned adapters")
     csub = ck.add_subparsers(dest="ck_cmd", required=True, metavar="{list,show,diff}")
     p = csub.add_parser("list", help="every checkpoint, oldest first, and which one is promoted")
-    p.add_argument("--root", default="checkpoints")
+    _root(p)
     _format(p, "the checkpoints")
     p = csub.add_parser("show", help="a checkpoint's manifest: what produced it and its metrics")
-    p.add_argument("checkpoint")
-    p.add_argument("--root", default="checkpoints")
+    _checkpoint(p)
+    _root(p)
     _format(p, "the manifest")
     p = csub.add_parser("diff", help="the manifest fields that differ between two checkpoints")
-    p.add_argument("a")
-    p.add_argument("b")
-    p.add_argument("--root", default="checkpoints")
+    _checkpoint(p, "a", "the first checkpoint")
+    _checkpoint(p, "b", "the second checkpoint")
+    _root(p)
     _format(p, "the changed fields")
 
     p = sub.add_parser("promote", help="promote a checkpoint if it beats the baseline without regressions "
                                        f"(exit {EXIT_NOT_PROMOTED} when the gate refuses it)")
-    p.add_argument("checkpoint")
-    p.add_argument("--root", default="checkpoints")
+    _checkpoint(p)
+    _root(p)
     p.add_argument("--model", default=None, help="base model (default: the one in the checkpoint's manifest)")
     p.add_argument("--pack", default=None, help="task pack (default: the one the checkpoint was trained on)")
     p.add_argument("--limit", type=positive_int, default=None, help=_gate_help("limit"))
@@ -316,14 +325,14 @@ def _add_checkpoints(sub: argparse._SubParsersAction) -> None:
                    help=_gate_help("strict"))
     _common(p, events=True)
     p = sub.add_parser("rollback", help="return to the previously promoted adapter")
-    p.add_argument("--root", default="checkpoints")
+    _root(p)
     _common(p)
     p = sub.add_parser("export", help="write an adapter merged into its base model as safetensors")
-    p.add_argument("checkpoint")
+    _checkpoint(p)
     p.add_argument("--merged", required=True, metavar="OUT", help="output folder")
     p.add_argument("--force", action="store_true",
                    help="write into OUT even if it already holds files (otherwise: refused, or asked on a terminal)")
-    p.add_argument("--root", default="checkpoints")
+    _root(p)
 
 
 # (flag, PipelineSettings field, type); defaults and help come from the field.
@@ -383,8 +392,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     p = sub.add_parser("ui", help="open the Textual cockpit (the default in a terminal)")
     _common(p)
-    p.add_argument("--pack", default=DEFAULT_PACK)
-    p.add_argument("--model", default=DEFAULT_MODEL)
+    p.add_argument("--pack", default=DEFAULT_PACK, help=f"the pack the cockpit opens on (default: {DEFAULT_PACK})")
+    p.add_argument("--model", default=DEFAULT_MODEL,
+                   help=f"the base model it evaluates and trains (default: {DEFAULT_MODEL})")
     for add in (_add_tasks, _add_verify, _add_sql, _add_eval, _add_audit, _add_train,
                 _add_checkpoints, _add_run, _add_doctor):
         add(sub)

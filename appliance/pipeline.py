@@ -48,7 +48,8 @@ class PipelineSettings:
     # Chosen on dev (docs/learning.md, session 7): 150 SFT steps of 8 (one pass over workplace-single's 1,200
     # train tasks, ~10.5 s a step on 2 CPU cores) scored 43.3% on dev against 25.8% for 100; from the 150-step
     # SFT, 15 GRPO steps (~55 s a step of 4 x 4 rollouts, plus 2-3 min of screening) lost nothing on dev and
-    # 30 lost 8.3 points. Time: 100 + 15 steps took 60 min, 150 + 30 took 86; 150 + 15 is about 69 (unmeasured).
+    # 30 lost 8.3 points. Time: 100 + 15 steps took 60 min, 150 + 30 took 86; 150 + 15 took 47-55 min on
+    # fresh clones (sessions 16-29; the README's Results section names the latest run).
     sft_steps: int = field(default=150, metadata={"help": "SFT steps when SFT is recommended"})
     grpo_steps: int = field(default=15, metadata={"help": "GRPO steps"})
     strict: bool = field(default=STRICT_BY_DEFAULT, metadata={

@@ -1,6 +1,7 @@
 """The CLI: help everywhere, one-line errors with a non-zero exit, never a traceback."""
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 
@@ -20,6 +21,23 @@ def test_every_subcommand_has_help():
     for name, p in sub.choices.items():
         text = p.format_help()
         assert "usage:" in text, name
+
+
+def _parsers(parser, path=("appliance",)):
+    """Every parser in the tree with its command path."""
+    yield path, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                yield from _parsers(child, (*path, name))
+
+
+def test_every_option_and_argument_says_what_it_is():
+    """The README promises `--help` text for every option: no flag or positional is left bare."""
+    bare = [f"{' '.join(path)} {action.option_strings or action.dest}"
+            for path, parser in _parsers(build_parser()) for action in parser._actions
+            if not isinstance(action, (argparse._HelpAction, argparse._SubParsersAction)) and not action.help]
+    assert not bare, bare
 
 
 @pytest.mark.parametrize("args,needle", [
