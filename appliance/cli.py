@@ -126,7 +126,8 @@ def _format(p: argparse.ArgumentParser, what: str = "the records") -> None:
 
 def _add_tasks(sub: argparse._SubParsersAction) -> None:
     tasks = sub.add_parser("tasks", help="list, check, describe and generate task packs")
-    tsub = tasks.add_subparsers(dest="tasks_cmd", required=True, metavar="{list,check,stats,generate,new,expand,from-failures}")
+    tsub = tasks.add_subparsers(dest="tasks_cmd", required=True,
+                                metavar="{list,check,stats,generate,new,expand,from-failures}")
     p = tsub.add_parser("list", help="list the packs under tasks/")
     _format(p, "the packs")
     _common(p)

@@ -154,7 +154,8 @@ def run_pipeline(s: PipelineSettings, *, workspace: Any, sink: EventSink = null_
     result.baseline = baseline
     m, k = baseline.metrics, s.baseline_k
     result.lines += [
-        f"baseline {baseline.eval_id}: valid JSON {m['valid_json_rate']:.1%}, correct tool {m['correct_tool_rate']:.1%}, "
+        f"baseline {baseline.eval_id}: valid JSON {m['valid_json_rate']:.1%}, "
+        f"correct tool {m['correct_tool_rate']:.1%}, "
         f"execution success {m['execution_success_rate']:.1%}, pass@{k} {m[f'pass@{k}']:.1%} "
         f"on {m['n_tasks']} held-out tasks ({result.stages_s['baseline']:.0f}s)",
         f"recommendation: {baseline.recommendation}",
