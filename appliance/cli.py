@@ -17,7 +17,7 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from appliance.errors import ApplianceError
+from appliance.errors import ERROR_PREFIX, ApplianceError
 from appliance.interrupts import sigterm_as_interrupt
 
 EXIT_USER_ERROR = 2
@@ -34,7 +34,8 @@ class _Parser(argparse.ArgumentParser):
     """argparse whose mistakes are one line (exit 2), like every other user error, not a usage block."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(EXIT_USER_ERROR, f"error: {' '.join(message.split()).rstrip('.')} (see `{self.prog} --help`).\n")
+        self.exit(EXIT_USER_ERROR,
+                  f"{ERROR_PREFIX}{' '.join(message.split()).rstrip('.')} (see `{self.prog} --help`).\n")
 
 
 # Argument types: a bad value is rejected while parsing, before anything loads, in one sentence.
@@ -433,7 +434,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         with sigterm_as_interrupt() if args.command != "ui" else nullcontext():
             return int(_handler(args.command)(args) or 0)
     except ApplianceError as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"{ERROR_PREFIX}{err}", file=sys.stderr)
         return EXIT_USER_ERROR
     except KeyboardInterrupt:
         print("interrupted: finished work was kept.", file=sys.stderr)

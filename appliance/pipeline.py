@@ -20,7 +20,7 @@ from collections import deque
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from appliance.errors import ApplianceError
+from appliance.errors import ERROR_PREFIX, ApplianceError
 from appliance.generate.strict import STRICT_BY_DEFAULT, STRICT_HELP
 from appliance.interrupts import sigterm_as_interrupt
 from appliance.events import (Event, EventSink, EvalFinished, RunFailed, RunFinished, RunStarted, null_sink,
@@ -48,8 +48,8 @@ class PipelineSettings:
     # Chosen on dev (docs/learning.md, session 7): 150 SFT steps of 8 (one pass over workplace-single's 1,200
     # train tasks, ~10.5 s a step on 2 CPU cores) scored 43.3% on dev against 25.8% for 100; from the 150-step
     # SFT, 15 GRPO steps (~55 s a step of 4 x 4 rollouts, plus 2-3 min of screening) lost nothing on dev and
-    # 30 lost 8.3 points. Time: 100 + 15 steps took 60 min, 150 + 30 took 86; 150 + 15 took 47-55 min on
-    # fresh clones (sessions 16-29; the README's Results section names the latest run).
+    # 30 lost 8.3 points. Time: 100 + 15 steps took 60 min, 150 + 30 took 86; the README's Results section
+    # names the latest timed run of 150 + 15 and its command.
     sft_steps: int = field(default=150, metadata={"help": "SFT steps when SFT is recommended"})
     grpo_steps: int = field(default=15, metadata={"help": "GRPO steps"})
     strict: bool = field(default=STRICT_BY_DEFAULT, metadata={
@@ -111,8 +111,8 @@ def run_stage(args: list[str], sink: EventSink) -> list[Event]:
     if code != 0:
         failed = next((e.error for e in reversed(events) if isinstance(e, RunFailed)), "")
         said = failed or next((ln.strip() for ln in reversed(stderr_tail) if ln.strip()), f"exit code {code}")
-        # The child's own sentence already starts with the CLI's "error: "; this one will be printed with it.
-        raise ApplianceError(f"`appliance {args[0]}` failed: {said.removeprefix('error: ')}")
+        # The child's sentence already carries the CLI's prefix, and this one will be printed with it again.
+        raise ApplianceError(f"`appliance {args[0]}` failed: {said.removeprefix(ERROR_PREFIX)}")
     return events
 
 
