@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from appliance import gpu_smoke as smoke
-from appliance.errors import ApplianceError
+from appliance.errors import ERROR_PREFIX, ApplianceError
 
 PACKAGES = ("torch", "transformers", "trl", "peft", "accelerate", "datasets", "duckdb", "textual",
             "xgrammar", "vllm", "unsloth", "unsloth_zoo", "bitsandbytes", "xformers")
@@ -217,7 +217,8 @@ def gpu_smoke(part: str = "all", *, wheels: Path | None = None, shape: str = smo
     for status, count in counts.items():
         print(f"gpu_smoke_{status}: {count}", flush=True)
     if counts["passed"] + counts["failed"] == 0:
-        print("error: no part of the GPU smoke could run here; every part's library is missing.", file=sys.stderr)
+        print(ERROR_PREFIX + "no part of the GPU smoke could run here; every part's library is missing.",
+              file=sys.stderr)
         return 1
     return 1 if counts["failed"] else 0
 

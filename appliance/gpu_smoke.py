@@ -29,6 +29,8 @@ from importlib.machinery import PathFinder
 from pathlib import Path
 from typing import Any, Sequence
 
+from appliance.errors import ERROR_PREFIX
+
 # vLLM's attention kernels want a real head size (64); 4-bit needs dims divisible by the block size.
 TINY = {"hidden_size": 256, "layers": 2, "heads": 4, "kv_heads": 4}
 # Qwen/Qwen2.5-1.5B(-Instruct) config.json: the shape that costs the memory and the time.
@@ -334,7 +336,7 @@ def main(argv: list[str]) -> int:
     import torch
 
     if not torch.cuda.is_available():
-        print("error: no CUDA GPU is visible; the GPU smoke needs one (the CPU path is tested by `make test`).",
+        print(ERROR_PREFIX + "no CUDA GPU is visible; the GPU smoke needs one (the CPU path is tested by `make test`).",
               file=sys.stderr)
         return 2
     _print("model_shape", args.shape)
@@ -343,7 +345,7 @@ def main(argv: list[str]) -> int:
             PARTS[args.part](Path(tmp), args.shape)
         except ModuleNotFoundError as err:
             # The part's own libraries were found; one of their dependencies was not brought.
-            print(f"error: the {args.part} part failed to import {err.name!r} ({err}); add the wheel that "
+            print(ERROR_PREFIX + f"the {args.part} part failed to import {err.name!r} ({err}); add the wheel that "
                   f"provides it to the --wheels folder, or install the GPU extra: pip install -e '.[gpu]'.",
                   file=sys.stderr)
             return 2
