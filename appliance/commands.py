@@ -142,12 +142,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def cmd_audit(args: argparse.Namespace) -> int:
     from appliance import audit
 
+    ws = _workspace(args)
+    eval_id = args.eval_id or audit.latest_eval_id(ws)
+    sample = audit.draw_sample(ws, eval_id, n=args.n, seed=args.seed)  # an unknown eval is refused first
     if not args.labels and not _stdin_has_input():
         raise ApplianceError("the interactive audit reads answers from stdin, which is closed or empty; run it "
                              "in a terminal, or pass --labels FILE.")
-    ws = _workspace(args)
-    eval_id = args.eval_id or audit.latest_eval_id(ws)
-    sample = audit.draw_sample(ws, eval_id, n=args.n, seed=args.seed)
     if args.labels:
         labels = audit.read_labels_file(args.labels)
     else:

@@ -112,7 +112,8 @@ CASES = {
     "audit missing labels": (["audit", "--labels", "{missing}"], "does not exist"),
     "audit binary labels": (["audit", "--labels", "{binary}"], "UTF-8"),
     "audit export to a missing folder": (["audit", "--export", "{missing_folder_file}"], "does not exist"),
-    "audit stdin closed, no evals": (["audit"], "stdin"),
+    "audit stdin closed, no evals": (["audit"], "no evals"),  # what to do first, not the closed stdin
+    "audit stdin closed, unknown eval": (["audit", "--eval", "no-such-eval"], "no-such-eval"),
     # train: flags map onto TrainConfig, which checks them before anything loads
     "grpo lr negative": (["train", "grpo", "--lr", "-1"], "learning_rate"),
     "grpo lr zero": (["train", "grpo", "--lr", "0"], "learning_rate"),
