@@ -40,6 +40,7 @@ def _event_sink(args: argparse.Namespace, *, baseline_live: bool = False):
 
 def cmd_tasks(args: argparse.Namespace) -> int:
     from appliance.packs import check_pack, list_packs, load_pack
+    from appliance.packs.check import check_notes
 
     if args.tasks_cmd == "list":
         report.print_pack_list([load_pack(p, root=args.tasks_root) for p in list_packs(args.tasks_root)],
@@ -55,7 +56,7 @@ def cmd_tasks(args: argparse.Namespace) -> int:
             pack = load_pack(name, root=args.tasks_root)
             issues = check_pack(pack)
             problems += len(issues)
-            report.print_check(pack, issues)
+            report.print_check(pack, issues, check_notes(pack))
         return 1 if problems else 0
     if args.tasks_cmd == "generate":
         from appliance.packs.build import build_workplace_packs

@@ -160,14 +160,18 @@ def print_pack_stats(pack: Any, *, fmt: str = "table") -> None:
                   title=f"{pack.name}, data hash {pack.data_hash()[:12]}")
 
 
-def print_check(pack: Any, issues: Sequence[str]) -> None:
+def print_check(pack: Any, issues: Sequence[str], notes: Sequence[str] = ()) -> None:
+    """`appliance tasks check`: problems (the exit code counts them), then notes (weaknesses that do not fail)."""
     if not issues:
         out().print(f"[green]ok[/green] {pack.name}: " +
                     ", ".join(f"{s} {len(pack.tasks(s))}" for s in pack.splits))
-        return
-    out().print(f"[red]{len(issues)} problem(s)[/red] in {pack.name}:")
-    for issue in issues:
-        out().print(f"  - {issue}", markup=False)
+    else:
+        out().print(f"[red]{len(issues)} problem(s)[/red] in {pack.name}:")
+        for issue in issues:
+            out().print(f"  - {issue}", markup=False)
+    for note in notes:
+        out().print("  [yellow]note[/yellow]: ", end="")
+        out().print(note, markup=False)
 
 
 def print_verify_summary(summary: dict[str, Any], *, fmt: str = "table") -> None:

@@ -47,6 +47,38 @@ def check_pack(pack: Pack | str | Path, root: str | Path = "tasks") -> list[str]
     return issues
 
 
+def check_notes(pack: Pack) -> list[str]:
+    """Weaknesses that leave a pack usable but blunt its scores: one sentence per split, [] when none.
+
+    On the workbench world a task's verdict is WorkBench's state comparison. When the expected calls change
+    nothing (the record already holds the value asked for), any call that also changes nothing, one the tool
+    refuses included, matches that state and passes: such a task cannot tell a wrong call from the right one.
+    """
+    if pack.world != "workbench":
+        return []
+    notes = []
+    for split in pack.splits:
+        weak = [task.id for task in pack.tasks(split) if _changes_nothing(task)]
+        if weak:
+            shown = ", ".join(weak[:3]) + (f" and {len(weak) - 3} more" if len(weak) > 3 else "")
+            notes.append(f"{pack.name}/{split}: {len(weak)} task(s) whose expected calls change nothing ({shown}), "
+                         "so any call that changes nothing passes them too; ask for a value the record does not hold.")
+    return notes
+
+
+def _changes_nothing(task: Task) -> bool:
+    """The task expects a state-changing call, and its expected calls leave the world as it was."""
+    from appliance.safety import is_state_changing
+    from appliance.world import World
+
+    if not any(is_state_changing(call.name) for call in task.expected):
+        return False
+    world = World.fresh(task.fixture)
+    for call in task.expected:
+        world.call(call)
+    return not world.changed()
+
+
 def _limit(issues: list[str]) -> list[str]:
     if len(issues) <= MAX_ISSUES_PER_KIND:
         return issues
