@@ -280,17 +280,17 @@ def test_normalise_collapses_case_punctuation_and_space():
 
 
 def test_check_notes_name_the_tasks_whose_expected_calls_change_nothing(single):
-    from appliance.packs.check import _changes_nothing, check_notes
+    from appliance.packs.check import changes_nothing, check_notes
     from appliance.verify import Verifier
 
     notes = check_notes(single)
     assert any(note.startswith(f"{single.name}/val: 3 task(s)") and "ws-val-0008" in note for note in notes), notes
     task = next(t for t in single.tasks("val") if t.id == "ws-val-0008")  # event 00000040 already lasts 30 minutes
-    assert _changes_nothing(task)
+    assert changes_nothing(task)
     # Why it is worth a note: a look-up that changes nothing passes it, as WorkBench's state comparison says.
     look_up = ToolCall("calendar_get_event_information_by_id", {"event_id": "00000040", "field": "event_name"})
     assert Verifier.for_pack(single).verify_calls(task, (look_up,)).bucket == "success"
     changed = replace(task, expected=(ToolCall("calendar_update_event",
                                                {"event_id": "00000040", "field": "duration", "new_value": "45"}),))
-    assert not _changes_nothing(changed)
-    assert not any(_changes_nothing(t) for t in single.tasks("val") if not t.expected)
+    assert not changes_nothing(changed)
+    assert not any(changes_nothing(t) for t in single.tasks("val") if not t.expected)

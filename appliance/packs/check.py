@@ -58,7 +58,7 @@ def check_notes(pack: Pack) -> list[str]:
         return []
     notes = []
     for split in pack.splits:
-        weak = [task.id for task in pack.tasks(split) if _changes_nothing(task)]
+        weak = [task.id for task in pack.tasks(split) if changes_nothing(task)]
         if weak:
             shown = ", ".join(weak[:3]) + (f" and {len(weak) - 3} more" if len(weak) > 3 else "")
             notes.append(f"{pack.name}/{split}: {len(weak)} task(s) whose expected calls change nothing ({shown}), "
@@ -66,7 +66,7 @@ def check_notes(pack: Pack) -> list[str]:
     return notes
 
 
-def _changes_nothing(task: Task) -> bool:
+def changes_nothing(task: Task) -> bool:
     """The task expects a state-changing call, and its expected calls leave the world as it was."""
     from appliance.safety import is_state_changing
     from appliance.world import World

@@ -235,6 +235,10 @@ class TrainConfig:
         "dominate."))
     min_pairs: int = field(default=8, metadata=_help(
         "DPO: refuse to start with fewer pairs than this (one batch at the default batch size)."))
+    successes_from: str | None = field(default=None, metadata=_help(
+        "SFT: a run id (its rollouts and the evals it ran) or eval id whose stored verified successes on the "
+        "training split become the rows, the model's own answers instead of the pack's (expert iteration); the "
+        "first success of each task, held-out tasks never. None = the pack's answers."))
     reference_pairs: bool = field(default=True, metadata=_help(
         "DPO: a task whose stored samples all failed is paired against the pack's reference answer (its "
         "expected calls, as SFT learns them), so a model that never passes a task still gets pairs; False = "
@@ -288,6 +292,10 @@ class TrainConfig:
             for name in ("pairs_per_task", "min_pairs"):
                 if getattr(self, name) < 1:
                     raise ApplianceError(f"{name} must be at least 1, not {getattr(self, name)!r}.")
+        if self.successes_from is not None and (self.policy_checks or self.missing_tool_share):
+            raise ApplianceError("successes_from trains on the model's own answers as they are; it cannot add "
+                                 "policy checks or rows without their tools (drop --policy-checks and "
+                                 "--missing-tool-share).")
         if self.stage == "grpo" and self.num_generations < 2:
             raise ApplianceError("GRPO needs num_generations >= 2: advantages compare completions within a group.")
         if self.lora_r > self.max_lora_rank:

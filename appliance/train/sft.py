@@ -14,11 +14,13 @@ import time
 import zlib
 from typing import Any, Callable
 
-from ..events import EventSink, null_sink
+from .. import checkpoints as registry
+from ..events import EventSink, Log, null_sink
 from .callbacks import build_callback
-from .common import (TrainResult, finish_run, prompt_for, refuse_options_of_our_trainer, start_run, tools_shown,
-                     train_with_guard, trainer_args, training_split_or_fail)
+from .common import (TrainResult, _load_pack, _open_workspace, finish_run, prompt_for, refuse_options_of_our_trainer,
+                     start_run, tools_shown, train_with_guard, trainer_args, training_split_or_fail)
 from .config import TrainConfig
+from .successes import SUCCESSES_FILE, success_rows, successes_or_fail
 
 
 def sft_rows(pack: Any, tokenizer: Any, split: str = "train", policy_checks: bool = False,
@@ -131,15 +133,29 @@ def refuse_unsupported_sft_options(run: Any) -> None:
 
 def run_sft(config: TrainConfig, *, sink: EventSink = null_sink,
             on_eval: Callable[..., dict] | None = None, pack: Any = None, workspace: Any = None) -> TrainResult:
-    """Train a LoRA with SFT on `config.pack`'s `train` split (or `config.train_split`); checkpoints every eval_every steps and at the end."""
+    """Train a LoRA with SFT on `config.pack`'s `train` split (or `config.train_split`): the pack's answers, or with
+    `successes_from` the model's own stored successes (successes.py); checkpoints every eval_every steps and at the end."""
     from datasets import Dataset
 
     started = time.perf_counter()
-    run = start_run(dataclasses.replace(config, stage="sft"), "sft", sink, pack=pack, workspace=workspace)
+    config = dataclasses.replace(config, stage="sft")
+    selection = None
+    if config.successes_from and not config.resume_from:  # refused before the run starts and any model loads
+        pack = pack if pack is not None else _load_pack(config.pack)
+        workspace = workspace or _open_workspace(config.workspace)
+        selection = successes_or_fail(config, pack, workspace)
+    run = start_run(config, "sft", sink, pack=pack, workspace=workspace)
     split = training_split_or_fail(run)
     refuse_unsupported_sft_options(run)
+    if run.config.successes_from:
+        selection = selection or successes_or_fail(run.config, run.pack, run.workspace)
+        registry._atomic_write_json(run.run_dir / SUCCESSES_FILE, selection.to_dict())
+        run.emit(Log(run_id=run.run_id, message=selection.summary()))
     model, tokenizer = run.backend.load_for_training(run.config)
-    rows = sft_rows(run.pack, tokenizer, split, run.config.policy_checks, run.config.missing_tool_share)
+    if selection is not None:
+        rows = success_rows(run.pack, tokenizer, selection)
+    else:
+        rows = sft_rows(run.pack, tokenizer, split, run.config.policy_checks, run.config.missing_tool_share)
     dataset = Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]} for r in rows])
     args = sft_args(run.config, run, len(rows))
     callback = build_callback(run, recorder=None, on_eval=on_eval)

@@ -1,0 +1,103 @@
+"""Expert iteration: SFT rows from stored verified successes (appliance/train/successes.py)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from test_dpo import good, load, store_rows, write_pack
+
+from appliance.errors import ApplianceError
+from appliance.store import Workspace
+from appliance.train import TrainConfig, run_sft
+from appliance.train.successes import select_successes
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def pack_dir(tmp_path) -> Path:
+    return write_pack(tmp_path / "tasks" / "prefs")
+
+
+@pytest.fixture
+def workspace(tmp_path) -> Workspace:
+    ws = Workspace.open(tmp_path / "runs")
+    store_rows(ws)
+    return ws
+
+
+def test_the_first_success_of_each_training_task_and_never_a_held_out_one(workspace, pack_dir):
+    selection = select_successes(workspace, load(pack_dir), "train", "grpo-1")
+    assert [(row["task_id"], row["completion"]) for row in selection.rows] == [
+        ("t0", good("Carlos")),  # "ambiguous" was stored as a success and a failure: left out
+        ("t1", good("Nadia")),  # its unsafe sample is not a success
+        ("t4", good("Ana")),  # two successes: the first by sample index (the second only adds a space)
+    ]  # t3: failures only; t6: a success, but in the run's val eval
+    assert selection.rows[0]["from"] == {"table": "rollouts", "id": "grpo-1", "step": 1, "sample_index": 0}
+    assert selection.counts == {"tasks_with_samples": 4, "tasks_with_success": 3, "tasks_changing_nothing": 0,
+                                "calls": 3, "declines": 0}
+    assert select_successes(workspace, load(pack_dir), "train", "eval-2").rows == []  # a held-out eval: nothing
+
+
+def successes_config(tiny_model_dir, tmp_path, pack_dir, **overrides) -> TrainConfig:
+    settings = dict(model=str(tiny_model_dir), pack=str(pack_dir), backend="cpu", steps=2, learning_rate=1e-2,
+                    lora_r=4, lora_alpha=8, eval_every=2, batch_size=2, max_seq_length=256,
+                    successes_from="grpo-1", output=str(tmp_path / "checkpoints"), workspace=str(tmp_path / "runs"))
+    return TrainConfig(**{**settings, **overrides})
+
+
+def test_an_sft_run_on_its_own_successes_trains_and_keeps_what_it_chose(tiny_model_dir, tmp_path, pack_dir,
+                                                                        workspace):
+    import torch
+    from safetensors.torch import load_file
+
+    seen = []
+    result = run_sft(successes_config(tiny_model_dir, tmp_path, pack_dir), sink=seen.append, workspace=workspace)
+    weights = load_file(str(Path(result.final_adapter) / "adapter_model.safetensors"))
+    assert any(torch.count_nonzero(w) > 0 for k, w in weights.items() if "lora_B" in k)  # B starts at zero
+    saved = json.loads((Path(result.run_dir) / "successes.json").read_text())
+    assert [row["task_id"] for row in saved["rows"]] == ["t0", "t1", "t4"] and saved["rules"]["source"] == "grpo-1"
+    assert any(e.type == "log" and e.message.startswith("expert iteration: 3 rows") for e in seen)
+
+
+def test_too_few_successes_is_one_sentence_before_the_model_loads(tiny_model_dir, tmp_path, pack_dir, workspace,
+                                                                 monkeypatch):
+    from appliance.train.cpu import CpuBackend
+
+    monkeypatch.setattr(CpuBackend, "load_for_training", lambda *a, **k: pytest.fail("the model loaded"))
+    with pytest.raises(ApplianceError, match=r"Only 0 verified successes on train tasks in eval-1 \(need 2"):
+        run_sft(successes_config(tiny_model_dir, tmp_path, pack_dir, successes_from="eval-1"), workspace=workspace)
+    with pytest.raises(ApplianceError, match="No rollouts or eval samples are stored for 'nope'"):
+        run_sft(successes_config(tiny_model_dir, tmp_path, pack_dir, successes_from="nope"), workspace=workspace)
+    _, runs = workspace.query("SELECT count(*) FROM runs WHERE kind = 'sft'")
+    assert runs == [(0,)]  # refused before a run was recorded
+
+
+def test_a_success_on_a_task_whose_expected_calls_change_nothing_is_left_out(tmp_path):
+    """ws-train_rl-0021 asks to move a task to the board it is on: a call the tool refuses passes it."""
+    from appliance.packs import load_pack
+    from appliance.prompting import render_completion
+    from appliance.verify_file import verify_outputs_file
+
+    pack = load_pack("workplace-single", root=str(REPO / "tasks"))
+    tasks = {t.id: t for t in pack.tasks("train_rl")}
+    refused = json.dumps({"name": "project_management_update_task",
+                          "arguments": {"task_id": "00000231", "field": "list_name", "new_value": "Design"}})
+    outputs = tmp_path / "outputs.jsonl"
+    outputs.write_text(json.dumps({"task_id": "ws-train_rl-0021", "output": refused}) + "\n" +
+                       json.dumps({"task_id": "ws-train_rl-0000",
+                                   "output": render_completion(tasks["ws-train_rl-0000"].expected)}) + "\n")
+    ws = Workspace.open(tmp_path / "ws")
+    summary = verify_outputs_file(str(outputs), pack_name="workplace-single", split="train_rl", scheme=None,
+                                  tasks_root=str(REPO / "tasks"), workspace=ws)
+    _, buckets = ws.query("SELECT task_id, bucket FROM eval_samples ORDER BY task_id")
+    assert buckets == [("ws-train_rl-0000", "success"), ("ws-train_rl-0021", "success")]  # the scorer passes both
+    selection = select_successes(ws, pack, "train_rl", summary["eval_id"])
+    assert [row["task_id"] for row in selection.rows] == ["ws-train_rl-0000"]
+    assert selection.counts["tasks_changing_nothing"] == 1 and selection.counts["tasks_with_success"] == 2
+
+
+def test_successes_are_the_models_answers_as_they_are():
+    with pytest.raises(ApplianceError, match="successes_from trains on the model's own answers"):
+        TrainConfig(successes_from="eval-1", policy_checks=True)
