@@ -76,26 +76,30 @@ def test_too_few_successes_is_one_sentence_before_the_model_loads(tiny_model_dir
 
 def test_a_success_on_a_task_whose_expected_calls_change_nothing_is_left_out(tmp_path):
     """ws-train_rl-0021 asks to move a task to the board it is on: a call the tool refuses passes it."""
+    from appliance.packs.check import changes_nothing
+
     from appliance.packs import load_pack
     from appliance.prompting import render_completion
     from appliance.verify_file import verify_outputs_file
 
     pack = load_pack("workplace-single", root=str(REPO / "tasks"))
     tasks = {t.id: t for t in pack.tasks("train_rl")}
+    assert changes_nothing(tasks["ws-train_rl-0021"]) and changes_nothing(tasks["ws-train_rl-0009"])
     refused = json.dumps({"name": "project_management_update_task",
                           "arguments": {"task_id": "00000231", "field": "list_name", "new_value": "Design"}})
     outputs = tmp_path / "outputs.jsonl"
-    outputs.write_text(json.dumps({"task_id": "ws-train_rl-0021", "output": refused}) + "\n" +
-                       json.dumps({"task_id": "ws-train_rl-0000",
-                                   "output": render_completion(tasks["ws-train_rl-0000"].expected)}) + "\n")
+    answers = {"ws-train_rl-0021": refused, **{task_id: render_completion(tasks[task_id].expected)
+                                                for task_id in ("ws-train_rl-0000", "ws-train_rl-0009")}}
+    outputs.write_text("".join(json.dumps({"task_id": t, "output": o}) + "\n" for t, o in answers.items()))
     ws = Workspace.open(tmp_path / "ws")
     summary = verify_outputs_file(str(outputs), pack_name="workplace-single", split="train_rl", scheme=None,
                                   tasks_root=str(REPO / "tasks"), workspace=ws)
     _, buckets = ws.query("SELECT task_id, bucket FROM eval_samples ORDER BY task_id")
-    assert buckets == [("ws-train_rl-0000", "success"), ("ws-train_rl-0021", "success")]  # the scorer passes both
+    assert {bucket for _, bucket in buckets} == {"success"} and len(buckets) == 3  # the scorer passes all three
     selection = select_successes(ws, pack, "train_rl", summary["eval_id"])
-    assert [row["task_id"] for row in selection.rows] == ["ws-train_rl-0000"]
-    assert selection.counts["tasks_changing_nothing"] == 1 and selection.counts["tasks_with_success"] == 2
+    # ws-train_rl-0009 changes nothing too, but its success is the expected call itself: kept.
+    assert [row["task_id"] for row in selection.rows] == ["ws-train_rl-0000", "ws-train_rl-0009"]
+    assert selection.counts["tasks_changing_nothing"] == 1 and selection.counts["tasks_with_success"] == 3
 
 
 def test_successes_are_the_models_answers_as_they_are():

@@ -11,8 +11,9 @@ commands over the store:
 For each task of the training split with a stored success, the first success (by source and sample
 index) becomes one SFT row: the task's prompt and the model's own text. Only training-split tasks are
 read, so a held-out eval's samples never become training rows. A text stored with two verdicts is left
-out (the verdict depended on something the text does not show), and so is a task whose expected calls
-change nothing in the world, where any call that changes nothing passes (packs.check.changes_nothing).
+out (the verdict depended on something the text does not show). Where a task's expected calls change
+nothing in the world, any call that changes nothing passes (packs.check.changes_nothing): there only
+a success that is the expected calls themselves is kept.
 Selecting needs no model: the run refuses a source without enough rows before anything loads.
 """
 from __future__ import annotations
@@ -42,7 +43,7 @@ class SuccessSelection:
         return (f"expert iteration: {len(self.rows)} rows, the first verified success of each of "
                 f"{c['tasks_with_success']} of {c['tasks_with_samples']} {self.rules['split']} tasks sampled in "
                 f"{self.rules['source']} ({c['calls']} calls, {c['declines']} declines; "
-                f"{c['tasks_changing_nothing']} left out whose expected calls change nothing)")
+                f"{c['tasks_changing_nothing']} left out: their expected calls change nothing and no success made them)")
 
 
 def select_successes(workspace: Any, pack: Any, split: str, source: str) -> SuccessSelection:
@@ -58,10 +59,12 @@ def select_successes(workspace: Any, pack: Any, split: str, source: str) -> Succ
     rows, blunt = [], 0
     for task_id in (task_id for task_id in tasks if task_id in by_task):  # the split's order
         successes = _distinct(by_task[task_id])[SUCCESS]
+        if successes and pack.world == "workbench" and changes_nothing(tasks[task_id]):
+            # The state comparison cannot tell these apart: keep only the expected calls themselves.
+            expected = tuple(tasks[task_id].expected)
+            successes = [s for s in successes if parse_tool_calls(s.completion).calls == expected]
+            blunt += not successes
         if not successes:
-            continue
-        if pack.world == "workbench" and changes_nothing(tasks[task_id]):
-            blunt += 1
             continue
         first = min(successes, key=lambda s: (s.source, s.source_id, s.step or 0, s.sample_index or 0))
         rows.append({"task_id": task_id, "completion": first.completion.strip(), "from": first.ref})
