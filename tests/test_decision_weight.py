@@ -55,18 +55,19 @@ def test_the_loss_counts_the_first_answer_token_weight_times(config):
     import torch
 
     losses = {}
-    for weight in (1.0, 6.0):
+    for weight in (0.0, 1.0, 6.0):
         trainer = _trainer(config, weight)
         batch = trainer._prepare_inputs(next(iter(trainer.get_train_dataloader())))
         with torch.no_grad():
             losses[weight] = float(trainer.compute_loss(trainer.model, dict(batch)))
         assert losses[weight] == pytest.approx(_hand_loss(trainer, batch, weight), rel=2e-2)
     assert losses[6.0] > losses[1.0] * 1.05  # the same seeded model and batch: only the weight differs
+    assert losses[0.0] < losses[1.0]  # 0: the first answer token is out of the loss (the choice is not trained)
 
 
-@pytest.mark.parametrize("weight", [0.0, -1.0, float("inf")])
-def test_a_weight_that_is_not_a_positive_number_is_one_sentence(weight):
-    with pytest.raises(ApplianceError, match="decision_weight must be a positive number"):
+@pytest.mark.parametrize("weight", [-1.0, float("inf"), float("nan")])
+def test_a_weight_that_is_not_0_or_a_positive_number_is_one_sentence(weight):
+    with pytest.raises(ApplianceError, match="decision_weight must be 0 .* or a positive number"):
         TrainConfig(stage="sft", decision_weight=weight).validate()
 
 

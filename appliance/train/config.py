@@ -167,7 +167,8 @@ class TrainConfig:
     decision_weight: float = field(default=1.0, metadata=_help(
         "SFT: how many times each answer's first token counts in the loss. That token is where a tool call "
         "(`{\"`) and a decline part, so a larger weight puts more of each step into the act-or-decline choice "
-        "than into copying arguments (appliance.train.sft.DecisionWeightedLoss); 1 = plain SFT."))
+        "than into copying arguments (appliance.train.sft.DecisionWeightedLoss); 1 = plain SFT; 0 = the choice "
+        "is not trained, only what follows it (the tool and its arguments)."))
     max_completion_tokens: int = field(default=ANSWER_TOKENS, metadata=_help(
         f"GRPO: the most tokens sampled per turn (eval's budget is {ANSWER_TOKENS}; workplace-single's longest "
         "expected call is 89 tokens, and a task whose answer cannot fit can never earn its reward)."))
@@ -271,9 +272,9 @@ class TrainConfig:
                 raise ApplianceError(f"batch_size must be at least 1, not {self.batch_size!r}.")
             if self.stage == "sft" and self.epochs is not None and not 0 < self.epochs < float("inf"):
                 raise ApplianceError(f"epochs must be a positive number of passes, not {self.epochs!r}.")
-            if not 0 < self.decision_weight < float("inf"):
-                raise ApplianceError(f"decision_weight must be a positive number (1 = plain SFT), "
-                                     f"not {self.decision_weight!r}.")
+            if not 0 <= self.decision_weight < float("inf"):
+                raise ApplianceError(f"decision_weight must be 0 (the act-or-decline token is not trained) or a "
+                                     f"positive number (1 = plain SFT), not {self.decision_weight!r}.")
             if not 0 <= self.missing_tool_share <= 1:
                 raise ApplianceError(f"missing_tool_share must be a share from 0 to 1, "
                                      f"not {self.missing_tool_share!r}.")
