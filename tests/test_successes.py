@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 
 import pytest
-from test_dpo import good, load, store_rows, write_pack
+from test_dpo import good, load, pack_dir, workspace  # noqa: F401 - the fixtures: DPO's pack and stored samples
 
 from appliance.errors import ApplianceError
 from appliance.store import Workspace
@@ -13,18 +13,6 @@ from appliance.train import TrainConfig, run_sft
 from appliance.train.successes import select_successes
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture
-def pack_dir(tmp_path) -> Path:
-    return write_pack(tmp_path / "tasks" / "prefs")
-
-
-@pytest.fixture
-def workspace(tmp_path) -> Workspace:
-    ws = Workspace.open(tmp_path / "runs")
-    store_rows(ws)
-    return ws
 
 
 def test_the_first_success_of_each_training_task_and_never_a_held_out_one(workspace, pack_dir):
