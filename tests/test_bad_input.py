@@ -145,6 +145,8 @@ CASES = {
     "sft epochs zero": (["train", "sft", "--epochs", "0"], "epochs"),
     "sft batch-size zero": (["train", "sft", "--batch-size", "0"], "batch_size"),
     "sft lr negative": (["train", "sft", "--lr=-3e-4"], "learning_rate"),
+    "sft successes from an unknown eval": (["train", "sft", "--successes-from", "no-such-eval"], "no-such-eval"),
+    "sft successes with policy checks": (["train", "sft", "--successes-from", "e", "--policy-checks"], "successes_from"),
     # promotion, run and the top level
     "promote unknown checkpoint": (["promote", "no-such-checkpoint", "--root", "{folder}"], "no-such-checkpoint"),
     "promote limit zero": (["promote", "no-such-checkpoint", "--limit", "0"], "--limit"),
