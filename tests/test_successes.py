@@ -56,6 +56,8 @@ def test_too_few_successes_is_one_sentence_before_the_model_loads(tiny_model_dir
     monkeypatch.setattr(CpuBackend, "load_for_training", lambda *a, **k: pytest.fail("the model loaded"))
     with pytest.raises(ApplianceError, match=r"Only 0 verified successes on train tasks in eval-1 \(need 2"):
         run_sft(successes_config(tiny_model_dir, tmp_path, pack_dir, successes_from="eval-1"), workspace=workspace)
+    with pytest.raises(ApplianceError, match=r"eval-2 sampled `val`: pass --train-split val"):
+        run_sft(successes_config(tiny_model_dir, tmp_path, pack_dir, successes_from="eval-2"), workspace=workspace)
     with pytest.raises(ApplianceError, match="No rollouts or eval samples are stored for 'nope'"):
         run_sft(successes_config(tiny_model_dir, tmp_path, pack_dir, successes_from="nope"), workspace=workspace)
     _, runs = workspace.query("SELECT count(*) FROM runs WHERE kind = 'sft'")

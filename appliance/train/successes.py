@@ -82,11 +82,14 @@ def successes_or_fail(config: Any, pack: Any, workspace: Any) -> SuccessSelectio
                              f"{', '.join(pack.splits)}.")
     selection = select_successes(workspace, pack, split, config.successes_from)
     if len(selection.rows) < config.batch_size:
-        other = "train_rl" if split == "train" and "train_rl" in pack.splits else None
-        hint = f" (did it sample `{other}`? pass --train-split {other})" if other else ""
-        raise ApplianceError(
-            f"Only {len(selection.rows)} verified successes on {split} tasks in {config.successes_from} (need "
-            f"{config.batch_size}, one batch){hint}; sample more with `appliance eval --split {split} -k 4`.")
+        source = config.successes_from
+        _, rows = workspace.query("SELECT split FROM evals WHERE id = $1", [source])
+        sampled = rows[0][0] if rows else None
+        fix = (f"{source} sampled `{sampled}`: pass --train-split {sampled}" if sampled and sampled != split else
+               f"sample more with `appliance eval --split {split} -k 4 --adapter <A>` from an adapter that "
+               f"sometimes succeeds")
+        raise ApplianceError(f"Only {len(selection.rows)} verified successes on {split} tasks in {source} (need "
+                             f"{config.batch_size}, one batch); {fix}.")
     return selection
 
 
