@@ -4,7 +4,8 @@
 pack can get wrong while still being well-formed: a ground-truth call that
 fails when executed, a ground truth that the pack's own unsafe rules would
 flag, a single-step task with several calls, an empty split. It returns one
-sentence per issue (an empty list means the pack is clean).
+sentence per issue (an empty list means the pack is clean). `check_notes` names
+weaknesses that do not fail a pack: tasks whose expected calls change nothing.
 """
 from __future__ import annotations
 

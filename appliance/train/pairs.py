@@ -123,7 +123,7 @@ def stored_samples(workspace: Any, pack_name: str, pairs_from: str | None = None
 
 # ---------------------------------------------------------------- pairing
 
-def _distinct(samples: list[Sample]) -> dict[str, list[Sample]]:
+def distinct_samples(samples: list[Sample]) -> dict[str, list[Sample]]:
     """Samples by kind, one per completion text; texts stored with two verdicts are dropped."""
     kinds_of: dict[str, set[str]] = {}
     for sample in samples:
@@ -141,7 +141,7 @@ def _distinct(samples: list[Sample]) -> dict[str, list[Sample]]:
 def task_pairs(samples: list[Sample], pairs_per_task: int, rng: random.Random,
                reference: Sample | None = None) -> list[dict[str, Any]]:
     """At most `pairs_per_task` pairs for one task's samples (see the module docstring)."""
-    by_kind = _distinct(samples)
+    by_kind = distinct_samples(samples)
     for pool in by_kind.values():
         rng.shuffle(pool)
     successes, failures, unsafe = by_kind[SUCCESS], by_kind[FAILURE], by_kind[UNSAFE]

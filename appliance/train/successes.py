@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..errors import ApplianceError
-from .pairs import SUCCESS, _distinct, stored_samples
+from .pairs import SUCCESS, distinct_samples, stored_samples
 
 SUCCESSES_FILE = "successes.json"
 
@@ -58,7 +58,7 @@ def select_successes(workspace: Any, pack: Any, split: str, source: str) -> Succ
             by_task.setdefault(sample.task_id, []).append(sample)
     rows, blunt = [], 0
     for task_id in (task_id for task_id in tasks if task_id in by_task):  # the split's order
-        successes = _distinct(by_task[task_id])[SUCCESS]
+        successes = distinct_samples(by_task[task_id])[SUCCESS]
         if successes and pack.world == "workbench" and changes_nothing(tasks[task_id]):
             # The state comparison cannot tell these apart: keep only the expected calls themselves.
             expected = tuple(tasks[task_id].expected)
