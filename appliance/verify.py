@@ -42,7 +42,9 @@ Comparisons:
   ``replay(task.expected)`` (cached per task id). When the task expects a
   state-changing call, **success is the state match** (WorkBench's rule: a
   different route to the same state is right) with nothing raised; when it expects
-  only read-only calls, success also needs tool_ok and arguments_ok.
+  only read-only calls, or its expected calls change nothing (the record already
+  holds the value asked for, where WorkBench's rule would pass any call that changes
+  nothing; 2 of WorkBench's 690 test tasks), success also needs tool_ok and arguments_ok.
 * worlds: for ``world="none"`` packs (scored elsewhere, e.g. BFCL) nothing is
   executed; executed_ok mirrors schema_ok and state_match mirrors
   tool_ok and arguments_ok. A pack's own tools (``arguments``, ``python``, ``mcp``)
@@ -368,7 +370,9 @@ class _WorkbenchWorld(_NoWorld):
         return outcome
 
     def decides(self, task: Task) -> bool:
-        return any(is_state_changing(c.name) for c in task.expected)
+        # Only a state the expected calls change can judge: where they change nothing (the record already holds
+        # the value asked for), any call that changes nothing would match it, so the arguments must match too.
+        return any(is_state_changing(c.name) for c in task.expected) and self._expected_world(task).changed()
 
     def episode(self, task: Task) -> Any:
         return self._fresh(task.fixture)

@@ -279,7 +279,7 @@ def test_normalise_collapses_case_punctuation_and_space():
     assert normalise("  Hello,   WORLD!! it's\tme ") == "hello world it s me"
 
 
-def test_check_notes_name_the_tasks_whose_expected_calls_change_nothing(single):
+def test_tasks_whose_expected_calls_change_nothing_are_noted_and_judged_by_their_arguments(single):
     from appliance.packs.check import changes_nothing, check_notes
     from appliance.verify import Verifier
 
@@ -287,9 +287,14 @@ def test_check_notes_name_the_tasks_whose_expected_calls_change_nothing(single):
     assert any(note.startswith(f"{single.name}/val: 3 task(s)") and "ws-val-0008" in note for note in notes), notes
     task = next(t for t in single.tasks("val") if t.id == "ws-val-0008")  # event 00000040 already lasts 30 minutes
     assert changes_nothing(task)
-    # Why it is worth a note: a look-up that changes nothing passes it, as WorkBench's state comparison says.
+    # WorkBench's state comparison would pass a look-up here (it changes nothing either); the verifier compares
+    # the arguments of such a task instead, so only the expected call passes.
+    verifier = Verifier.for_pack(single)
     look_up = ToolCall("calendar_get_event_information_by_id", {"event_id": "00000040", "field": "event_name"})
-    assert Verifier.for_pack(single).verify_calls(task, (look_up,)).bucket == "success"
+    refused = ToolCall("calendar_update_event", {"event_id": "00000040", "field": "duration", "new_value": "3O"})
+    assert verifier.verify_calls(task, (look_up,)).bucket == "wrong_tool"
+    assert verifier.verify_calls(task, (refused,)).bucket != "success"
+    assert verifier.verify_calls(task, task.expected).bucket == "success"
     changed = replace(task, expected=(ToolCall("calendar_update_event",
                                                {"event_id": "00000040", "field": "duration", "new_value": "45"}),))
     assert not changes_nothing(changed)

@@ -64,29 +64,25 @@ def test_too_few_successes_is_one_sentence_before_the_model_loads(tiny_model_dir
     assert runs == [(0,)]  # refused before a run was recorded
 
 
-def test_a_success_on_a_task_whose_expected_calls_change_nothing_is_left_out(tmp_path):
-    """ws-train_rl-0021 asks to move a task to the board it is on: a call the tool refuses passes it."""
-    from appliance.packs.check import changes_nothing
-
+def test_a_success_on_a_task_whose_expected_calls_change_nothing_is_kept_only_as_the_expected_calls(tmp_path):
+    """ws-train_rl-0021 asks to move a task to the board it is on. Before session 37 the verifier passed a call the
+    tool refuses there (WorkBench's state rule); such verdicts stay in older stores, so the selection checks."""
     from appliance.packs import load_pack
+    from appliance.packs.check import changes_nothing
     from appliance.prompting import render_completion
-    from appliance.verify_file import verify_outputs_file
 
     pack = load_pack("workplace-single", root=str(REPO / "tasks"))
     tasks = {t.id: t for t in pack.tasks("train_rl")}
     assert changes_nothing(tasks["ws-train_rl-0021"]) and changes_nothing(tasks["ws-train_rl-0009"])
     refused = json.dumps({"name": "project_management_update_task",
                           "arguments": {"task_id": "00000231", "field": "list_name", "new_value": "Design"}})
-    outputs = tmp_path / "outputs.jsonl"
     answers = {"ws-train_rl-0021": refused, **{task_id: render_completion(tasks[task_id].expected)
                                                 for task_id in ("ws-train_rl-0000", "ws-train_rl-0009")}}
-    outputs.write_text("".join(json.dumps({"task_id": t, "output": o}) + "\n" for t, o in answers.items()))
     ws = Workspace.open(tmp_path / "ws")
-    summary = verify_outputs_file(str(outputs), pack_name="workplace-single", split="train_rl", scheme=None,
-                                  tasks_root=str(REPO / "tasks"), workspace=ws)
-    _, buckets = ws.query("SELECT task_id, bucket FROM eval_samples ORDER BY task_id")
-    assert {bucket for _, bucket in buckets} == {"success"} and len(buckets) == 3  # the scorer passes all three
-    selection = select_successes(ws, pack, "train_rl", summary["eval_id"])
+    ws.append("evals", [{"id": "eval-old", "pack": pack.name, "split": "train_rl"}])
+    ws.append("eval_samples", [{"eval_id": "eval-old", "task_id": t, "sample_index": 0, "completion": o,
+                                "bucket": "success", "v_unsafe": False} for t, o in answers.items()])
+    selection = select_successes(ws, pack, "train_rl", "eval-old")
     # ws-train_rl-0009 changes nothing too, but its success is the expected call itself: kept.
     assert [row["task_id"] for row in selection.rows] == ["ws-train_rl-0000", "ws-train_rl-0009"]
     assert selection.counts["tasks_changing_nothing"] == 1 and selection.counts["tasks_with_success"] == 3

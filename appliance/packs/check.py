@@ -53,7 +53,8 @@ def check_notes(pack: Pack) -> list[str]:
 
     On the workbench world a task's verdict is WorkBench's state comparison. When the expected calls change
     nothing (the record already holds the value asked for), any call that also changes nothing, one the tool
-    refuses included, matches that state and passes: such a task cannot tell a wrong call from the right one.
+    refuses included, would match that state, so the verifier compares such a task's arguments instead
+    (verify._WorkbenchWorld.decides): the task tests the words of the call, not its effect.
     """
     if pack.world != "workbench":
         return []
@@ -63,7 +64,8 @@ def check_notes(pack: Pack) -> list[str]:
         if weak:
             shown = ", ".join(weak[:3]) + (f" and {len(weak) - 3} more" if len(weak) > 3 else "")
             notes.append(f"{pack.name}/{split}: {len(weak)} task(s) whose expected calls change nothing ({shown}), "
-                         "so any call that changes nothing passes them too; ask for a value the record does not hold.")
+                         "so their state cannot judge a call and their arguments are compared instead; ask for a "
+                         "value the record does not hold.")
     return notes
 
 

@@ -12,8 +12,9 @@ For each task of the training split with a stored success, the first success (by
 index) becomes one SFT row: the task's prompt and the model's own text. Only training-split tasks are
 read, so a held-out eval's samples never become training rows. A text stored with two verdicts is left
 out (the verdict depended on something the text does not show). Where a task's expected calls change
-nothing in the world, any call that changes nothing passes (packs.check.changes_nothing): there only
-a success that is the expected calls themselves is kept.
+nothing in the world (packs.check.changes_nothing), only a success that is the expected calls themselves
+is kept: the verifier has compared such a task's arguments since session 37, but a store's older
+verdicts passed any call that changed nothing there, as WorkBench's state rule does.
 Selecting needs no model: the run refuses a source without enough rows before anything loads.
 """
 from __future__ import annotations
