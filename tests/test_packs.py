@@ -298,4 +298,3 @@ def test_tasks_whose_expected_calls_change_nothing_are_noted_and_judged_by_their
     changed = replace(task, expected=(ToolCall("calendar_update_event",
                                                {"event_id": "00000040", "field": "duration", "new_value": "45"}),))
     assert not changes_nothing(changed)
-    assert not any(changes_nothing(t) for t in single.tasks("val") if not t.expected)

@@ -29,7 +29,7 @@ from .callbacks import build_callback
 from .common import (TrainResult, _load_pack, _open_workspace, finish_run, prompt_for, resumed_config, start_run,
                      train_with_guard, trainer_args)
 from .config import TrainConfig
-from .pairs import PAIRS_FILE, PairSelection, select_pairs
+from .pairs import PAIRS_FILE, PairSelection, select_pairs, single_turn_split_or_fail
 
 # Backends with a DPO trainer (`make_dpo_trainer`); the first is the one every machine has.
 DPO_BACKENDS = ("cpu", "unsloth")
@@ -50,15 +50,7 @@ def dpo_backend(config: TrainConfig) -> TrainConfig:
 
 def pairs_or_fail(config: TrainConfig, pack: Any, workspace: Any) -> PairSelection:
     """Select the pairs and refuse, before any model loads, a pack or store that cannot give enough."""
-    from .multiturn import is_multi_turn, turn_limit
-
-    if is_multi_turn(pack):
-        raise ApplianceError(f"DPO pairs single-turn samples, and pack '{pack.name}' is multi-turn (max_turns "
-                             f"{turn_limit(pack)}); train it with sft or grpo.")
-    split = config.training_split(pack)
-    if split not in pack.splits or not pack.tasks(split):
-        raise ApplianceError(f"pack '{pack.name}' has no tasks in a '{split}' split to pair; it has "
-                             f"{', '.join(pack.splits)}.")
+    split = single_turn_split_or_fail(config, pack, "DPO")
     selection = select_pairs(workspace, pack, split, pairs_from=config.pairs_from,
                              pairs_per_task=config.pairs_per_task, seed=config.seed, reference=config.reference_pairs)
     if len(selection.pairs) < config.min_pairs:

@@ -95,9 +95,12 @@ _EVAL_SAMPLES = ("SELECT task_id, completion, coalesce(bucket, v_bucket), v_unsa
                  "FROM eval_samples WHERE {where}")
 
 
-def stored_samples(workspace: Any, pack_name: str, pairs_from: str | None = None) -> list[Sample]:
+def stored_samples(workspace: Any, pack_name: str, pairs_from: str | None = None,
+                   flag: str = "--pairs-from") -> list[Sample]:
     """Every scored sample of `pairs_from` (a run's rollouts and the evals it ran, or one eval), or of every run
-    and eval of the pack when None."""
+    and eval of the pack when None; `flag` is the option that named the source, for the refusals."""
+    if pairs_from is not None:
+        _refuse_another_packs_source(workspace, pack_name, pairs_from, flag)
     if pairs_from is None:
         queries = [(_ROLLOUTS.format(where="run_id IN (SELECT run_id FROM runs WHERE pack = $1)"), "rollouts"),
                    (_EVAL_SAMPLES.format(where="eval_id IN (SELECT id FROM evals WHERE pack = $1)"), "eval_samples")]
@@ -116,9 +119,37 @@ def stored_samples(workspace: Any, pack_name: str, pairs_from: str | None = None
             samples.append(Sample(str(task_id), completion, sample_kind(bucket, unsafe), table, str(source_id),
                                   None if step is None else int(step), None if index is None else int(index)))
     if pairs_from is not None and not samples:
-        raise ApplianceError(f"No rollouts or eval samples are stored for {pairs_from!r}; pass a run id or an eval "
-                             f"id from `appliance runs`, or leave out --pairs-from to use every run and eval of the pack.")
+        fallback = ", or leave it out to use every run and eval of the pack" if flag == "--pairs-from" else ""
+        raise ApplianceError(f"No rollouts or eval samples are stored for {pairs_from!r}; pass {flag} a run id or "
+                             f"an eval id of this workspace (`appliance sql \"SELECT id, pack, split FROM evals\"`)"
+                             f"{fallback}.")
     return samples
+
+
+def single_turn_split_or_fail(config: Any, pack: Any, what: str) -> str:
+    """The training split of a stage that trains on stored samples (DPO, expert iteration); one sentence when the
+    pack is multi-turn (a stored episode keeps only its last turn's text) or the split is empty. `what` is the
+    stage's name in that sentence."""
+    from .multiturn import is_multi_turn, turn_limit
+
+    if is_multi_turn(pack):
+        raise ApplianceError(f"{what} trains on single-turn samples, and pack '{pack.name}' is multi-turn (max_turns "
+                             f"{turn_limit(pack)}); train it with sft or grpo.")
+    split = config.training_split(pack)
+    if split not in pack.splits or not pack.tasks(split):
+        raise ApplianceError(f"pack '{pack.name}' has no tasks in a '{split}' split to train {what} on; it has "
+                             f"{', '.join(pack.splits)}.")
+    return split
+
+
+def _refuse_another_packs_source(workspace: Any, pack_name: str, source: str, flag: str) -> None:
+    """Samples of another pack's run or eval hold its task ids, which may collide with this pack's."""
+    _, rows = workspace.query("SELECT pack FROM evals WHERE id = $1 UNION ALL SELECT pack FROM runs WHERE run_id = $1",
+                              [source])
+    other = {row[0] for row in rows if row[0] and row[0] != pack_name}
+    if other:
+        raise ApplianceError(f"{flag} {source} holds samples of pack {sorted(other)[0]!r}, not {pack_name!r}; pass "
+                             f"a run or an eval of {pack_name!r}.")
 
 
 # ---------------------------------------------------------------- pairing

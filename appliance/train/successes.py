@@ -11,10 +11,10 @@ commands over the store:
 For each task of the training split with a stored success, the first success (by source and sample
 index) becomes one SFT row: the task's prompt and the model's own text. Only training-split tasks are
 read, so a held-out eval's samples never become training rows. A text stored with two verdicts is left
-out (the verdict depended on something the text does not show). Where a task's expected calls change
-nothing in the world (packs.check.changes_nothing), only a success that is the expected calls themselves
-is kept: the verifier has compared such a task's arguments since session 37, but a store's older
-verdicts passed any call that changed nothing there, as WorkBench's state rule does.
+out (the verdict depended on something the text does not show), and each success is judged again by
+today's verifier: verdicts stored under an older rule are not trusted (until session 37 a task whose
+expected calls change nothing passed any call that changed nothing, WorkBench's state rule).
+Multi-turn packs are refused: a stored episode keeps only its last turn's text.
 Selecting needs no model: the run refuses a source without enough rows before anything loads.
 """
 from __future__ import annotations
@@ -23,7 +23,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..errors import ApplianceError
-from .pairs import SUCCESS, distinct_samples, stored_samples
+from .config import TRAIN_SPLITS
+from .pairs import SUCCESS, distinct_samples, single_turn_split_or_fail, stored_samples
 
 SUCCESSES_FILE = "successes.json"
 
@@ -43,55 +44,70 @@ class SuccessSelection:
         c = self.counts
         return (f"expert iteration: {len(self.rows)} rows, the first verified success of each of "
                 f"{c['tasks_with_success']} of {c['tasks_with_samples']} {self.rules['split']} tasks sampled in "
-                f"{self.rules['source']} ({c['calls']} calls, {c['declines']} declines; "
-                f"{c['tasks_changing_nothing']} left out: their expected calls change nothing and no success made them)")
+                f"{self.rules['source']} ({c['calls']} calls, {c['declines']} declines; {c['stale_verdicts']} "
+                f"left out whose stored successes today's verifier does not pass)")
 
 
 def select_successes(workspace: Any, pack: Any, split: str, source: str) -> SuccessSelection:
-    """One row per `split` task with a stored success in `source` (a run id or an eval id)."""
-    from ..packs.check import changes_nothing
-    from ..parsing import parse_tool_calls
+    """One row per `split` task with a stored success in `source` (a run id or an eval id) that today's verifier
+    still judges a success: a verdict stored under an older rule (see the module docstring) is not trusted."""
+    from ..verify import Verifier
 
     tasks = {task.id: task for task in pack.tasks(split)}
     by_task: dict[str, list[Any]] = {}
-    for sample in stored_samples(workspace, pack.name, source):
+    for sample in stored_samples(workspace, pack.name, source, flag="--successes-from"):
         if sample.task_id in tasks:
             by_task.setdefault(sample.task_id, []).append(sample)
-    rows, blunt = [], 0
-    for task_id in (task_id for task_id in tasks if task_id in by_task):  # the split's order
-        successes = distinct_samples(by_task[task_id])[SUCCESS]
-        if successes and pack.world == "workbench" and changes_nothing(tasks[task_id]):
-            # The state comparison cannot tell these apart: keep only the expected calls themselves.
-            expected = tuple(tasks[task_id].expected)
-            successes = [s for s in successes if parse_tool_calls(s.completion).calls == expected]
-            blunt += not successes
-        if not successes:
-            continue
-        first = min(successes, key=lambda s: (s.source, s.source_id, s.step or 0, s.sample_index or 0))
-        rows.append({"task_id": task_id, "completion": first.completion.strip(), "from": first.ref})
-    calls = sum(bool(parse_tool_calls(row["completion"]).calls) for row in rows)
-    counts = {"tasks_with_samples": len(by_task), "tasks_with_success": len(rows) + blunt,
-              "tasks_changing_nothing": blunt, "calls": calls, "declines": len(rows) - calls}
+    verifier = Verifier.for_pack(pack)
+    rows, stale, calls = [], 0, 0
+    try:
+        for task_id in (task_id for task_id in tasks if task_id in by_task):  # the split's order
+            successes = sorted(distinct_samples(by_task[task_id])[SUCCESS],
+                               key=lambda s: (s.source, s.source_id, s.step or 0, s.sample_index or 0))
+            verdicts = (verifier.verify(tasks[task_id], s.completion) for s in successes)
+            first = next(((s, v) for s, v in zip(successes, verdicts) if v.bucket == SUCCESS), None)
+            if first is None:
+                stale += bool(successes)
+                continue
+            rows.append({"task_id": task_id, "completion": first[0].completion.strip(), "from": first[0].ref})
+            calls += first[1].n_calls > 0
+    finally:
+        verifier.close()
+    counts = {"tasks_with_samples": len(by_task), "tasks_with_success": len(rows) + stale,
+              "stale_verdicts": stale, "calls": calls, "declines": len(rows) - calls}
     return SuccessSelection(rows=rows, rules={"source": source, "split": split, "per_task": 1}, counts=counts)
 
 
 def successes_or_fail(config: Any, pack: Any, workspace: Any) -> SuccessSelection:
     """The selection, or one sentence before any model loads when it cannot fill a batch."""
-    split = config.training_split(pack)
-    if split not in pack.splits or not pack.tasks(split):
-        raise ApplianceError(f"pack '{pack.name}' has no tasks in a '{split}' split; it has "
-                             f"{', '.join(pack.splits)}.")
+    split = single_turn_split_or_fail(config, pack, "expert iteration (--successes-from)")
     selection = select_successes(workspace, pack, split, config.successes_from)
     if len(selection.rows) < config.batch_size:
-        source = config.successes_from
-        _, rows = workspace.query("SELECT split FROM evals WHERE id = $1", [source])
-        sampled = rows[0][0] if rows else None
-        fix = (f"{source} sampled `{sampled}`: pass --train-split {sampled}" if sampled and sampled != split else
-               f"sample more with `appliance eval --split {split} -k 4 --adapter <A>` from an adapter that "
-               f"sometimes succeeds")
-        raise ApplianceError(f"Only {len(selection.rows)} verified successes on {split} tasks in {source} (need "
-                             f"{config.batch_size}, one batch); {fix}.")
+        raise ApplianceError(f"Only {len(selection.rows)} verified successes on {split} tasks in "
+                             f"{config.successes_from} (need {config.batch_size}, one batch); "
+                             f"{_what_to_do(workspace, pack, split, config.successes_from)}.")
     return selection
+
+
+def _what_to_do(workspace: Any, pack: Any, split: str, source: str) -> str:
+    """Where the source's samples are from another split, say which and whether --train-split takes it."""
+    sampled_ids = {sample.task_id for sample in stored_samples(workspace, pack.name, source, "--successes-from")}
+    sampled = [name for name in pack.splits if name != split and sampled_ids & {t.id for t in pack.tasks(name)}]
+    trainable = [name for name in sampled if name in TRAIN_SPLITS]
+    if trainable:
+        return f"{source} sampled `{trainable[0]}`: pass --train-split {trainable[0]}"
+    sample = f"`appliance eval --split {split} -k 4 --adapter <A>` from an adapter that sometimes succeeds"
+    if sampled:
+        return f"{source} sampled `{sampled[0]}`, whose tasks never become training rows; sample with {sample}"
+    return f"sample more with {sample}"
+
+
+def saved_successes(run_dir: Any) -> SuccessSelection:
+    """The rows a run chose when it started (runs/<run_id>/successes.json)."""
+    import json
+
+    data = json.loads((run_dir / SUCCESSES_FILE).read_text(encoding="utf-8"))
+    return SuccessSelection(rows=data["rows"], rules=data["rules"], counts=data.get("counts", {}))
 
 
 def success_rows(pack: Any, tokenizer: Any, selection: SuccessSelection) -> list[dict[str, str]]:
