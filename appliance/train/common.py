@@ -169,6 +169,21 @@ def last_trainer_checkpoint(trainer_dir: Path) -> tuple[Path | None, int]:
     return folder, step
 
 
+def kept_selection(run: "RunContext", filename: str, chosen: Any, load: Callable[[Path], Any],
+                   select: Callable[[], Any]) -> Any:
+    """The stored samples a run trains on (DPO's pairs, expert iteration's rows), saved as runs/<run_id>/<filename>
+    and announced in the log: `chosen` if the caller selected them before the run started, the saved ones for a
+    resumed run (it trains on what it started with), else `select()`."""
+    path = run.run_dir / filename
+    if chosen is None and path.is_file():
+        chosen = load(run.run_dir)
+    else:
+        chosen = chosen or select()
+        registry._atomic_write_json(path, chosen.to_dict())
+    run.emit(Log(run_id=run.run_id, message=chosen.summary()))
+    return chosen
+
+
 def _open_workspace(path: str) -> Any:
     from ..store import Workspace
 

@@ -21,13 +21,12 @@ import json
 import time
 from typing import Any, Callable
 
-from .. import checkpoints as registry
 from ..errors import ApplianceError
-from ..events import EventSink, Log, null_sink
+from ..events import EventSink, null_sink
 from .backends import pick_backend
 from .callbacks import build_callback
-from .common import (TrainResult, _load_pack, _open_workspace, finish_run, prompt_for, resumed_config, start_run,
-                     train_with_guard, trainer_args)
+from .common import (TrainResult, _load_pack, _open_workspace, finish_run, kept_selection, prompt_for, resumed_config,
+                     start_run, train_with_guard, trainer_args)
 from .config import TrainConfig
 from .pairs import PAIRS_FILE, PairSelection, select_pairs, single_turn_split_or_fail
 
@@ -115,12 +114,8 @@ def run_dpo(config: TrainConfig, *, sink: EventSink = null_sink, on_eval: Callab
     workspace = workspace or _open_workspace(effective.workspace)
     selection = None if resuming else pairs_or_fail(effective, pack, workspace)  # before any model loads
     run = start_run(effective if not resuming else config, "dpo", sink, pack=pack, workspace=workspace)
-    if selection is None and (run.run_dir / PAIRS_FILE).is_file():
-        selection = saved_pairs(run.run_dir)  # a resumed run trains on the pairs it started with
-    else:
-        selection = selection or pairs_or_fail(run.config, run.pack, run.workspace)
-        registry._atomic_write_json(run.run_dir / PAIRS_FILE, selection.to_dict())
-    run.emit(Log(run_id=run.run_id, message=selection.summary()))
+    selection = kept_selection(run, PAIRS_FILE, selection, saved_pairs,
+                               lambda: pairs_or_fail(run.config, run.pack, run.workspace))
     model, tokenizer = run.backend.load_for_training(run.config)
     dataset = Dataset.from_list(dpo_rows(run.pack, tokenizer, selection.pairs))
     callback = build_callback(run, recorder=None, on_eval=on_eval)

@@ -99,13 +99,12 @@ def stored_samples(workspace: Any, pack_name: str, pairs_from: str | None = None
                    flag: str = "--pairs-from") -> list[Sample]:
     """Every scored sample of `pairs_from` (a run's rollouts and the evals it ran, or one eval), or of every run
     and eval of the pack when None; `flag` is the option that named the source, for the refusals."""
-    if pairs_from is not None:
-        _refuse_another_packs_source(workspace, pack_name, pairs_from, flag)
     if pairs_from is None:
         queries = [(_ROLLOUTS.format(where="run_id IN (SELECT run_id FROM runs WHERE pack = $1)"), "rollouts"),
                    (_EVAL_SAMPLES.format(where="eval_id IN (SELECT id FROM evals WHERE pack = $1)"), "eval_samples")]
         params = [pack_name]
     else:
+        _refuse_another_packs_source(workspace, pack_name, pairs_from, flag)
         queries = [(_ROLLOUTS.format(where="run_id = $1"), "rollouts"),
                    (_EVAL_SAMPLES.format(where="eval_id = $1 OR eval_id IN (SELECT id FROM evals WHERE run_id = $1)"),
                     "eval_samples")]

@@ -14,11 +14,11 @@ import time
 import zlib
 from typing import Any, Callable
 
-from .. import checkpoints as registry
-from ..events import EventSink, Log, null_sink
+from ..events import EventSink, null_sink
 from .callbacks import build_callback
-from .common import (TrainResult, _load_pack, _open_workspace, finish_run, prompt_for, refuse_options_of_our_trainer,
-                     start_run, tools_shown, train_with_guard, trainer_args, training_split_or_fail)
+from .common import (TrainResult, _load_pack, _open_workspace, finish_run, kept_selection, prompt_for,
+                     refuse_options_of_our_trainer, start_run, tools_shown, train_with_guard, trainer_args,
+                     training_split_or_fail)
 from .config import TrainConfig
 from .successes import SUCCESSES_FILE, saved_successes, success_rows, successes_or_fail
 
@@ -148,12 +148,8 @@ def run_sft(config: TrainConfig, *, sink: EventSink = null_sink,
     split = training_split_or_fail(run)
     refuse_unsupported_sft_options(run)
     if run.config.successes_from:
-        if selection is None and (run.run_dir / SUCCESSES_FILE).is_file():
-            selection = saved_successes(run.run_dir)  # a resumed run trains on the rows it started with
-        else:
-            selection = selection or successes_or_fail(run.config, run.pack, run.workspace)
-            registry._atomic_write_json(run.run_dir / SUCCESSES_FILE, selection.to_dict())
-        run.emit(Log(run_id=run.run_id, message=selection.summary()))
+        selection = kept_selection(run, SUCCESSES_FILE, selection, saved_successes,
+                                   lambda: successes_or_fail(run.config, run.pack, run.workspace))
     model, tokenizer = run.backend.load_for_training(run.config)
     if selection is not None:
         rows = success_rows(run.pack, tokenizer, selection)

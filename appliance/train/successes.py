@@ -55,9 +55,12 @@ def select_successes(workspace: Any, pack: Any, split: str, source: str) -> Succ
 
     tasks = {task.id: task for task in pack.tasks(split)}
     by_task: dict[str, list[Any]] = {}
-    for sample in stored_samples(workspace, pack.name, source, flag="--successes-from"):
+    samples = stored_samples(workspace, pack.name, source, flag="--successes-from")
+    for sample in samples:
         if sample.task_id in tasks:
             by_task.setdefault(sample.task_id, []).append(sample)
+    sampled_ids = {sample.task_id for sample in samples}
+    sampled_splits = [name for name in pack.splits if sampled_ids & {task.id for task in pack.tasks(name)}]
     verifier = Verifier.for_pack(pack)
     rows, stale, calls = [], 0, 0
     try:
@@ -75,7 +78,8 @@ def select_successes(workspace: Any, pack: Any, split: str, source: str) -> Succ
         verifier.close()
     counts = {"tasks_with_samples": len(by_task), "tasks_with_success": len(rows) + stale,
               "stale_verdicts": stale, "calls": calls, "declines": len(rows) - calls}
-    return SuccessSelection(rows=rows, rules={"source": source, "split": split, "per_task": 1}, counts=counts)
+    rules = {"source": source, "split": split, "per_task": 1, "sampled_splits": sampled_splits}
+    return SuccessSelection(rows=rows, rules=rules, counts=counts)
 
 
 def successes_or_fail(config: Any, pack: Any, workspace: Any) -> SuccessSelection:
@@ -85,14 +89,14 @@ def successes_or_fail(config: Any, pack: Any, workspace: Any) -> SuccessSelectio
     if len(selection.rows) < config.batch_size:
         raise ApplianceError(f"Only {len(selection.rows)} verified successes on {split} tasks in "
                              f"{config.successes_from} (need {config.batch_size}, one batch); "
-                             f"{_what_to_do(workspace, pack, split, config.successes_from)}.")
+                             f"{_what_to_do(selection)}.")
     return selection
 
 
-def _what_to_do(workspace: Any, pack: Any, split: str, source: str) -> str:
+def _what_to_do(selection: SuccessSelection) -> str:
     """Where the source's samples are from another split, say which and whether --train-split takes it."""
-    sampled_ids = {sample.task_id for sample in stored_samples(workspace, pack.name, source, "--successes-from")}
-    sampled = [name for name in pack.splits if name != split and sampled_ids & {t.id for t in pack.tasks(name)}]
+    split, source = selection.rules["split"], selection.rules["source"]
+    sampled = [name for name in selection.rules["sampled_splits"] if name != split]
     trainable = [name for name in sampled if name in TRAIN_SPLITS]
     if trainable:
         return f"{source} sampled `{trainable[0]}`: pass --train-split {trainable[0]}"
