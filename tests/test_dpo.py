@@ -182,9 +182,11 @@ def test_a_dpo_run_changes_the_lora_and_saves_a_dpo_checkpoint_with_its_pairs(ti
     assert [e.type for e in seen][-1] == "run_finished"
 
     # From that adapter (as from an SFT one): it is the parent and the start, and training moves it on.
-    refined = run_dpo(dpo_config(tiny_model_dir, tmp_path, pack_dir, steps=1, eval_every=1,
+    # With the chosen answers' NLL added (RPO): TRL runs the two losses.
+    refined = run_dpo(dpo_config(tiny_model_dir, tmp_path, pack_dir, steps=1, eval_every=1, rpo_alpha=1.0,
                                  init_adapter=result.final_adapter), workspace=workspace)
     manifest = registry.load_manifest(refined.final_adapter)
+    assert manifest["config"]["rpo_alpha"] == 1.0
     assert manifest["stage"] == "dpo" and manifest["parent"] == registry.load_checkpoint(result.final_adapter).id
     moved = load_file(str(Path(refined.final_adapter) / "adapter_model.safetensors"))
     assert set(moved) == set(after) and any(not torch.equal(moved[k], after[k]) for k in b_keys)
@@ -224,3 +226,17 @@ def test_dpo_settings_are_checked_where_they_are_declared():
     with pytest.raises(ApplianceError, match="min_pairs must be at least 1"):
         TrainConfig(stage="dpo", min_pairs=0)
     assert TrainConfig(stage="grpo").beta == 0.0 and TrainConfig(stage="dpo").effective_learning_rate == 5e-5
+    with pytest.raises(ApplianceError, match="rpo_alpha must be 0"):
+        TrainConfig(stage="dpo", rpo_alpha=-1.0)
+
+
+def test_rpo_alpha_adds_trls_sft_loss_on_the_chosen_answers(tmp_path):
+    from types import SimpleNamespace
+
+    from appliance.train.dpo import dpo_args
+
+    run = SimpleNamespace(trainer_dir=tmp_path)
+    plain = dpo_args(TrainConfig(stage="dpo", output=str(tmp_path)), run)
+    assert plain["loss_type"] == ["sigmoid"] and "loss_weights" not in plain
+    rpo = dpo_args(TrainConfig(stage="dpo", rpo_alpha=0.5, output=str(tmp_path)), run)
+    assert rpo["loss_type"] == ["sigmoid", "sft"] and rpo["loss_weights"] == [1.0, 0.5]

@@ -240,6 +240,10 @@ class TrainConfig:
         "SFT: a run id (its rollouts and the evals it ran) or eval id whose stored verified successes on the "
         "training split become the rows, the model's own answers instead of the pack's (expert iteration); the "
         "first success of each task, held-out tasks never. None = the pack's answers."))
+    rpo_alpha: float = field(default=0.0, metadata=_help(
+        "DPO: weight of the chosen answers' negative log-likelihood (mean over their tokens) added to DPO's "
+        "loss, as in RPO (Pang et al. 2024, \"Iterative Reasoning Preference Optimization\"): it keeps the "
+        "chosen answers likely while the pairs' margins grow; 0 = DPO alone."))
     reference_pairs: bool = field(default=True, metadata=_help(
         "DPO: a task whose stored samples all failed is paired against the pack's reference answer (its "
         "expected calls, as SFT learns them), so a model that never passes a task still gets pairs; False = "
@@ -293,6 +297,9 @@ class TrainConfig:
             for name in ("pairs_per_task", "min_pairs"):
                 if getattr(self, name) < 1:
                     raise ApplianceError(f"{name} must be at least 1, not {getattr(self, name)!r}.")
+            if not 0 <= self.rpo_alpha < float("inf"):
+                raise ApplianceError(f"rpo_alpha must be 0 (DPO alone) or a positive weight of the chosen answers' "
+                                     f"log-likelihood, not {self.rpo_alpha!r}.")
         if self.successes_from is not None and (self.policy_checks or self.missing_tool_share):
             raise ApplianceError("successes_from trains on the model's own answers as they are; it cannot add "
                                  "policy checks or rows without their tools (drop --policy-checks and "

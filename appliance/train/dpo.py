@@ -89,8 +89,12 @@ def dpo_rows(pack: Any, tokenizer: Any, pairs: list[dict[str, Any]]) -> list[dic
 
 
 def dpo_args(config: TrainConfig, run: Any) -> dict[str, Any]:
+    # RPO is TRL's multi-loss form: its `sft` loss is the chosen half's mean token NLL (trl 1.15 dpo_trainer.py:1471,
+    # 1.16 :1495).
+    losses = {"loss_type": ["sigmoid"]} if not config.rpo_alpha else {
+        "loss_type": ["sigmoid", "sft"], "loss_weights": [1.0, float(config.rpo_alpha)]}
     return {**trainer_args(config, run), "per_device_train_batch_size": config.batch_size,
-            "max_length": config.max_seq_length, "beta": float(config.beta), "loss_type": ["sigmoid"],
+            "max_length": config.max_seq_length, "beta": float(config.beta), **losses,
             "precompute_ref_log_probs": False}
 
 
