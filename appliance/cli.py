@@ -253,6 +253,13 @@ def train_flag(field_name: str) -> str:
     return next(flag for flag, name, _, _ in _TRAIN_FLAGS if name == field_name)
 
 
+def train_flag_stages(field_name: str) -> tuple[str, ...]:
+    """The kinds of `appliance train` run that take the flag of a TrainConfig field (the cockpit greys the rest)."""
+    from appliance.train.config import STAGES
+
+    return next(stages or STAGES for _, name, _, stages in _TRAIN_FLAGS if name == field_name)
+
+
 def _train_choices() -> dict[str, list[str]]:
     from appliance.packs.manifest import EVAL_SPLITS, TRAIN_SPLITS
     from appliance.rewards import SCHEMES

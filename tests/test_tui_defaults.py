@@ -61,6 +61,16 @@ def test_only_knobs_that_differ_from_the_default_are_passed():
     assert "--init-adapter" not in train_args(APP, "grpo", "grpo", {}, resume="grpo-1", init_adapter="x")
 
 
+def test_stored_sample_knobs_reach_their_own_kind_only():
+    knobs = {**knob_defaults("sft"), "successes-from": "eval-7", "train-split": "train_rl", "pairs-from": "eval-8"}
+    config = cli_config(train_args(APP, "sft", DEFAULTS.preset, knobs, init_adapter="ck/sft-1/step-150"))
+    assert (config.successes_from, config.train_split, config.pairs_from) == ("eval-7", "train_rl", None)
+    dpo = cli_config(train_args(APP, "dpo", DEFAULTS.preset, {**knobs, "rpo-alpha": "1"}))
+    assert (dpo.pairs_from, dpo.successes_from, dpo.rpo_alpha, dpo.train_split) == ("eval-8", None, 1.0, "train_rl")
+    grpo = train_args(APP, "grpo", DEFAULTS.preset, knobs)
+    assert "--successes-from" not in grpo and "--pairs-from" not in grpo  # greyed out for GRPO, as the CLI refuses
+
+
 def test_eval_defaults_are_the_clis():
     parsed = build_parser().parse_args(["eval"])
     assert (EVAL_DEFAULTS.k, EVAL_DEFAULTS.split) == (parsed.k, parsed.split) == (1, "val")
@@ -111,6 +121,8 @@ async def test_train_form_follows_the_kind_and_keeps_what_the_person_typed(tmp_p
         await pilot.pause()
         assert (value("lr"), value("steps"), value("init-adapter")) == (knob_defaults("sft")["lr"], "5", "")
         assert app.screen.query_one("#generations", Input).disabled
+        assert not app.screen.query_one("#successes-from", Input).disabled
+        assert app.screen.query_one("#pairs-from", Input).disabled
 
         app.screen.query_one("#kind", Select).value = "grpo"
         await pilot.pause()

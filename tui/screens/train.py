@@ -29,7 +29,7 @@ from textual.widgets import Button, Checkbox, Footer, Input, Label, Select, Stat
 
 from appliance.events import (Alarm, CheckpointSaved, RolloutScored, RunFailed, RunFinished, RunStarted,
                               StepMetrics)
-from appliance.cli import train_flag
+from appliance.cli import train_flag, train_flag_stages
 from appliance.train.config import STAGES, TrainConfig, field_help
 from appliance.train.presets import PRESETS
 from tui.data import init_adapter_default, run_history, run_rollouts, training_runs
@@ -45,19 +45,28 @@ class Knob(NamedTuple):
     id: str  # the Input's id
     label: str
     field: str  # the TrainConfig field it sets: its default, help text and CLI flag come from there
-    grpo_only: bool = False
     unset: str = ""  # what an empty field means, where the field's default is None
+
+    @property
+    def stages(self) -> tuple[str, ...]:
+        """The kinds of run that take it, as the CLI's flag table says."""
+        return train_flag_stages(self.field)
 
 
 KNOBS = (
     Knob("steps", "steps", "steps"),
-    Knob("generations", "gens", "num_generations", grpo_only=True),
-    Knob("max-tokens", "max tok", "max_completion_tokens", grpo_only=True),
+    Knob("generations", "gens", "num_generations"),
+    Knob("max-tokens", "max tok", "max_completion_tokens"),
     Knob("lr", "LR", "learning_rate"),
     Knob("lora-r", "LoRA r", "lora_r"),
     Knob("eval-every", "eval every", "eval_every"),
     Knob("eval-limit", "eval limit", "eval_limit"),
-    Knob("screen-limit", "screen lim", "screen_limit", grpo_only=True, unset="all tasks"),
+    Knob("screen-limit", "screen lim", "screen_limit", unset="all tasks"),
+    Knob("train-split", "train on", "train_split", unset="kind's own"),
+    # Training on stored samples: expert iteration (SFT on verified successes) and DPO's pairs.
+    Knob("successes-from", "successes", "successes_from", unset="pack answers"),
+    Knob("pairs-from", "pairs from", "pairs_from", unset="all stored"),
+    Knob("rpo-alpha", "RPO alpha", "rpo_alpha"),
 )
 HELP = field_help()
 DEFAULT_KIND = TrainConfig().stage
@@ -94,7 +103,7 @@ def train_args(app: Any, kind: str, preset: str, knobs: dict[str, str], resume: 
         args += ["--preset", preset]
     for knob in KNOBS:
         value = knobs.get(knob.id, "").strip()
-        if value and (kind == "grpo" or not knob.grpo_only) and not is_default(value, defaults[knob.id]):
+        if value and kind in knob.stages and not is_default(value, defaults[knob.id]):
             args += [train_flag(knob.field), value]
     if strict != TrainConfig().strict:
         flag = train_flag("strict")
@@ -266,7 +275,7 @@ class TrainScreen(Screen):
                 field.value = default
             self.shown_defaults[field_id] = default
         for knob in KNOBS:
-            self.query_one(f"#{knob.id}", Input).disabled = knob.grpo_only and kind != "grpo"
+            self.query_one(f"#{knob.id}", Input).disabled = kind not in knob.stages
         self.query_one("#preset", Select).disabled = kind != "grpo"
 
     # --- actions -------------------------------------------------------------------------
