@@ -182,11 +182,12 @@ def test_a_dpo_run_changes_the_lora_and_saves_a_dpo_checkpoint_with_its_pairs(ti
     assert [e.type for e in seen][-1] == "run_finished"
 
     # From that adapter (as from an SFT one): it is the parent and the start, and training moves it on.
-    # With the chosen answers' NLL added (RPO): TRL runs the two losses.
+    # With the chosen answers' NLL added (RPO) and the rejected answers cut: TRL runs the two losses.
     refined = run_dpo(dpo_config(tiny_model_dir, tmp_path, pack_dir, steps=1, eval_every=1, rpo_alpha=1.0,
-                                 init_adapter=result.final_adapter), workspace=workspace)
+                                 reject_first_difference=True, init_adapter=result.final_adapter),
+                      workspace=workspace)
     manifest = registry.load_manifest(refined.final_adapter)
-    assert manifest["config"]["rpo_alpha"] == 1.0
+    assert manifest["config"]["rpo_alpha"] == 1.0 and manifest["config"]["reject_first_difference"] is True
     assert manifest["stage"] == "dpo" and manifest["parent"] == registry.load_checkpoint(result.final_adapter).id
     moved = load_file(str(Path(refined.final_adapter) / "adapter_model.safetensors"))
     assert set(moved) == set(after) and any(not torch.equal(moved[k], after[k]) for k in b_keys)
@@ -228,6 +229,25 @@ def test_dpo_settings_are_checked_where_they_are_declared():
     assert TrainConfig(stage="grpo").beta == 0.0 and TrainConfig(stage="dpo").effective_learning_rate == 5e-5
     with pytest.raises(ApplianceError, match="rpo_alpha must be 0"):
         TrainConfig(stage="dpo", rpo_alpha=-1.0)
+
+
+def test_a_rejected_answer_is_cut_after_its_first_token_that_differs(tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    from appliance.train.dpo import rejected_through_first_difference as cut
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    prompt = "Set the status of customer 188 to won.\n"
+    chosen = '{"name": "update_customer", "arguments": {"customer_id": "188", "new_value": "Won"}}'
+    wrong_id = chosen.replace('"188"', '"189"')
+    shortened = cut(prompt, chosen, wrong_id, tokenizer)
+    assert chosen.startswith(shortened[:-1]) and not chosen.startswith(shortened)  # shared prefix + one token
+    assert wrong_id.startswith(shortened) and len(shortened) < len(wrong_id) and '"new_value"' not in shortened
+    declined = cut(prompt, chosen, "I can't change a customer's status.", tokenizer)
+    assert len(tokenizer(text=declined)["input_ids"]) == 1 and "I can't".startswith(declined)  # the decision token
+    assert cut(prompt, chosen, chosen[:30], tokenizer) == chosen[:30]  # a prefix of the chosen answer stays whole
+    past_the_end = cut(prompt, chosen, chosen + " Done.", tokenizer)  # differs where the chosen answer ends
+    assert past_the_end.startswith(chosen) and chosen != past_the_end != chosen + " Done."
 
 
 def test_rpo_alpha_adds_trls_sft_loss_on_the_chosen_answers(tmp_path):

@@ -244,6 +244,10 @@ class TrainConfig:
         "DPO: weight of the chosen answers' negative log-likelihood (mean over their tokens) added to DPO's "
         "loss, as in RPO (Pang et al. 2024, \"Iterative Reasoning Preference Optimization\"): it keeps the "
         "chosen answers likely while the pairs' margins grow; 0 = DPO alone."))
+    reject_first_difference: bool = field(default=False, metadata=_help(
+        "DPO: cut each rejected answer after its first token that differs from its chosen answer, so the loss pushes "
+        "down that token only and not the rest of the rejected answer, which a right answer may share (session 38: "
+        "whole rejected calls taught update calls to stop after the record's id); False = the whole answer."))
     reference_pairs: bool = field(default=True, metadata=_help(
         "DPO: a task whose stored samples all failed is paired against the pack's reference answer (its "
         "expected calls, as SFT learns them), so a model that never passes a task still gets pairs; False = "

@@ -82,10 +82,31 @@ def prompt_as_trl_tokenizes(prompt: str, tokenizer: Any) -> str:
     return prompt[len(bos):] if adds_bos and prompt.startswith(bos) else prompt
 
 
-def dpo_rows(pack: Any, tokenizer: Any, pairs: list[dict[str, Any]]) -> list[dict[str, str]]:
+def rejected_through_first_difference(prompt: str, chosen: str, rejected: str, tokenizer: Any) -> str:
+    """`rejected` up to and including its first token that differs from `chosen`, tokenized as TRL tokenizes a
+    pair (prompt + completion, one text); the whole of it when it is a prefix of `chosen` (its end is the
+    difference, and TRL's EOS marks it)."""
+    chosen_ids = tokenizer(text=prompt + chosen)["input_ids"]
+    rejected_ids = tokenizer(text=prompt + rejected)["input_ids"]
+    start = len(tokenizer(text=prompt)["input_ids"])
+    shared = start
+    while shared < min(len(chosen_ids), len(rejected_ids)) and chosen_ids[shared] == rejected_ids[shared]:
+        shared += 1
+    if shared >= len(rejected_ids):
+        return rejected
+    return tokenizer.decode(rejected_ids[start:shared + 1])
+
+
+def dpo_rows(pack: Any, tokenizer: Any, pairs: list[dict[str, Any]],
+             reject_first_difference: bool = False) -> list[dict[str, str]]:
     tasks = {task.id: task for split in pack.splits for task in pack.tasks(split)}
-    return [{"prompt": prompt_as_trl_tokenizes(prompt_for(pack, tokenizer, tasks[p["task_id"]]), tokenizer),
-             "chosen": p["chosen"], "rejected": p["rejected"]} for p in pairs]
+    rows = []
+    for pair in pairs:
+        prompt = prompt_as_trl_tokenizes(prompt_for(pack, tokenizer, tasks[pair["task_id"]]), tokenizer)
+        rejected = (rejected_through_first_difference(prompt, pair["chosen"], pair["rejected"], tokenizer)
+                    if reject_first_difference else pair["rejected"])
+        rows.append({"prompt": prompt, "chosen": pair["chosen"], "rejected": rejected})
+    return rows
 
 
 def dpo_args(config: TrainConfig, run: Any) -> dict[str, Any]:
@@ -121,7 +142,7 @@ def run_dpo(config: TrainConfig, *, sink: EventSink = null_sink, on_eval: Callab
     selection = kept_selection(run, PAIRS_FILE, selection, saved_pairs,
                                lambda: pairs_or_fail(run.config, run.pack, run.workspace))
     model, tokenizer = run.backend.load_for_training(run.config)
-    dataset = Dataset.from_list(dpo_rows(run.pack, tokenizer, selection.pairs))
+    dataset = Dataset.from_list(dpo_rows(run.pack, tokenizer, selection.pairs, run.config.reject_first_difference))
     callback = build_callback(run, recorder=None, on_eval=on_eval)
     trainer = run.backend.make_dpo_trainer(model, tokenizer, dataset, run.config, dpo_args(run.config, run), [callback])
     train_with_guard(run, trainer)
