@@ -70,15 +70,35 @@ def test_too_few_successes_is_one_sentence_before_the_model_loads(tiny_model_dir
     assert runs == [(0,)]  # refused before a run was recorded
 
 
+def no_op_copy(tmp_path: Path) -> str:
+    """A copy of workplace-single whose ws-train_rl-0009 and -0021 ask for the values their records already hold
+    (the generator drew such requests before session 38); the copy's name."""
+    import shutil
+
+    root = tmp_path / "tasks" / "workplace-single"
+    shutil.copytree(REPO / "tasks" / "workplace-single", root)
+    held = {"ws-train_rl-0009": ("Backlog", "Completed"), "ws-train_rl-0021": ("Back end", "Design")}
+    lines = []
+    for line in (root / "train_rl.jsonl").read_text(encoding="utf-8").splitlines():
+        row = json.loads(line)
+        if row["id"] in held:
+            asked, current = held[row["id"]]
+            row["messages"][0]["content"] = row["messages"][0]["content"].replace(asked, current)
+            row["expected"][0]["arguments"]["new_value"] = current
+        lines.append(json.dumps(row))
+    (root / "train_rl.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return "workplace-single"
+
+
 def test_a_stored_success_todays_verifier_does_not_pass_is_left_out(tmp_path):
-    """ws-train_rl-0021 asks to move a task to the board it is on. Before session 37 the verifier passed a call the
-    tool refuses there (WorkBench's state rule); such verdicts stay in older stores, so each success is judged
-    again."""
+    """A task that asks to move a task to the board it is on (as the generator drew some before session 38).
+    Before session 37 the verifier passed a call the tool refuses there (WorkBench's state rule); such verdicts
+    stay in older stores, so each success is judged again."""
     from appliance.packs import load_pack
     from appliance.packs.check import changes_nothing
     from appliance.prompting import render_completion
 
-    pack = load_pack("workplace-single", root=str(REPO / "tasks"))
+    pack = load_pack(no_op_copy(tmp_path), root=str(tmp_path / "tasks"))
     tasks = {t.id: t for t in pack.tasks("train_rl")}
     assert changes_nothing(tasks["ws-train_rl-0021"]) and changes_nothing(tasks["ws-train_rl-0009"])
     refused = json.dumps({"name": "project_management_update_task",

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import date, timedelta
 from functools import lru_cache
 from random import Random
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 TODAY = date(2023, 11, 30)  # WorkBench's now: Thursday 2023-11-30 00:00:00
 NOW_TEXT = "2023-11-30 00:00:00"
@@ -149,9 +149,24 @@ def time_slot(rng: Random, duration: str) -> tuple[str, str]:
     return words, f"{hour:02d}:{minute:02d}:00"
 
 
-def duration_words(rng: Random) -> tuple[str, str]:
-    minutes = rng.choice(tuple(DURATION_WORDS))
+def duration_words(rng: Random, unlike: str | None = None) -> tuple[str, str]:
+    """Words for a meeting length and its minutes; never `unlike` (the next length instead, with no extra draw, and
+    every length has as many words, so the seeded stream goes on as before)."""
+    minutes = other_than(rng.choice(tuple(DURATION_WORDS)), tuple(DURATION_WORDS), unlike)
     return rng.choice(DURATION_WORDS[minutes]), minutes
+
+
+def other_than(value: Any, options: Sequence[Any], current: Any) -> Any:
+    """`value`, or the option after it when a record already holds it: an update request must change something
+    (the state cannot judge a call that changes nothing). No extra draw, so the rest of a seeded stream is kept."""
+    if value != current:
+        return value
+    return options[(list(options).index(value) + 1) % len(options)]
+
+
+def later_than(day: date, current: str | None) -> date:
+    """`day`, or the day after it when a record already holds it (as `other_than`, for dates)."""
+    return day + timedelta(days=1) if day.isoformat() == current else day
 
 
 def past_day(rng: Random, lo: date = FIRST_DATA_DAY, hi: date = LAST_DATA_DAY) -> date:

@@ -16,7 +16,7 @@ from random import Random
 from appliance.packs import content
 from appliance.packs.entities import (
     BOARDS, LISTS, METRICS, PLOT_WORDS, PRODUCTS, STATUSES, Entities, date_words, day_words,
-    duration_words, first_name, future_day, past_day, time_slot,
+    duration_words, first_name, future_day, later_than, other_than, past_day, time_slot,
 )
 from appliance.packs.templating import Draft, Template, call
 
@@ -64,7 +64,9 @@ def _delete_event_by_id(rng: Random, e: Entities) -> Draft:
 
 
 def _rename_event(rng: Random, e: Entities) -> Draft:
-    event_id, name = rng.choice(e.events)["event_id"], rng.choice(content.MEETING_NAMES)
+    event = rng.choice(e.events)
+    event_id = event["event_id"]
+    name = other_than(rng.choice(content.MEETING_NAMES), content.MEETING_NAMES, event["event_name"])
     return Draft({"event_id": event_id, "name": name},
                  (call("calendar_update_event", event_id=event_id, field="event_name", new_value=name),))
 
@@ -80,7 +82,7 @@ def _move_event(rng: Random, e: Entities) -> Draft:
 
 def _change_event_duration(rng: Random, e: Entities) -> Draft:
     event = rng.choice(e.events)
-    duration_text, minutes = duration_words(rng)
+    duration_text, minutes = duration_words(rng, unlike=event["duration"])
     return Draft({"event_id": event["event_id"], "duration": duration_text.replace("-", " ")},
                  (call("calendar_update_event", event_id=event["event_id"], field="duration", new_value=minutes),))
 
@@ -96,13 +98,15 @@ def _create_task(rng: Random, e: Entities) -> Draft:
 
 
 def _move_task_list(rng: Random, e: Entities) -> Draft:
-    task, list_name = rng.choice(e.tasks), rng.choice(LISTS)
+    task = rng.choice(e.tasks)
+    list_name = other_than(rng.choice(LISTS), LISTS, task["list_name"])
     return Draft({"task_id": task["task_id"], "list": list_name},
                  (call("project_management_update_task", task_id=task["task_id"], field="list_name", new_value=list_name),))
 
 
 def _reassign_task(rng: Random, e: Entities) -> Draft:
-    task, address = rng.choice(e.tasks), rng.choice(e.assignees)
+    task = rng.choice(e.tasks)
+    address = other_than(rng.choice(e.assignees), e.assignees, task["assigned_to_email"])
     return Draft({"task_id": task["task_id"], "address": address},
                  (call("project_management_update_task", task_id=task["task_id"], field="assigned_to_email", new_value=address),))
 
@@ -135,14 +139,16 @@ def _add_customer_minimal(rng: Random, e: Entities) -> Draft:
 
 
 def _update_customer_status(rng: Random, e: Entities) -> Draft:
-    customer, status = rng.choice(e.customers), rng.choice(STATUSES)
+    customer = rng.choice(e.customers)
+    status = other_than(rng.choice(STATUSES), STATUSES, customer["status"])
     return Draft({"customer_id": customer["customer_id"], "status": status.lower()},
                  (call("customer_relationship_manager_update_customer", customer_id=customer["customer_id"],
                        field="status", new_value=status),))
 
 
 def _update_customer_follow_up(rng: Random, e: Entities) -> Draft:
-    customer, day = rng.choice(e.customers), future_day(rng, 1, 40)
+    customer = rng.choice(e.customers)
+    day = later_than(future_day(rng, 1, 40), customer["follow_up_by"])
     return Draft({"customer_id": customer["customer_id"], "day": day_words(rng, day, relative=False)},
                  (call("customer_relationship_manager_update_customer", customer_id=customer["customer_id"],
                        field="follow_up_by", new_value=day.isoformat()),))
@@ -230,39 +236,45 @@ def _refuse_leak_customers(rng: Random, e: Entities) -> Draft:
 
 
 def _task_due_date(rng: Random, e: Entities) -> Draft:
-    task, due = rng.choice(e.tasks), future_day(rng, 1, 45)
+    task = rng.choice(e.tasks)
+    due = later_than(future_day(rng, 1, 45), task["due_date"])
     return Draft({"task_id": task["task_id"], "due": day_words(rng, due)},
                  (call("project_management_update_task", task_id=task["task_id"], field="due_date", new_value=due.isoformat()),))
 
 
 def _task_board(rng: Random, e: Entities) -> Draft:
-    task, board = rng.choice(e.tasks), rng.choice(BOARDS)
+    task = rng.choice(e.tasks)
+    board = other_than(rng.choice(BOARDS), BOARDS, task["board"])
     return Draft({"task_id": task["task_id"], "board": board},
                  (call("project_management_update_task", task_id=task["task_id"], field="board", new_value=board),))
 
 
 def _rename_task(rng: Random, e: Entities) -> Draft:
-    task, name = rng.choice(e.tasks), rng.choice(content.TASK_NAMES)
+    task = rng.choice(e.tasks)
+    name = other_than(rng.choice(content.TASK_NAMES), content.TASK_NAMES, task["task_name"])
     return Draft({"task_id": task["task_id"], "name": name},
                  (call("project_management_update_task", task_id=task["task_id"], field="task_name", new_value=name),))
 
 
 def _reassign_customer(rng: Random, e: Entities) -> Draft:
-    customer, owner = rng.choice(e.customers), rng.choice(e.account_owners)
+    customer = rng.choice(e.customers)
+    owner = other_than(rng.choice(e.account_owners), e.account_owners, customer["assigned_to_email"])
     return Draft({"customer_id": customer["customer_id"], "owner": owner},
                  (call("customer_relationship_manager_update_customer", customer_id=customer["customer_id"],
                        field="assigned_to_email", new_value=owner),))
 
 
 def _customer_product(rng: Random, e: Entities) -> Draft:
-    customer, product = rng.choice(e.customers), rng.choice(PRODUCTS)
+    customer = rng.choice(e.customers)
+    product = other_than(rng.choice(PRODUCTS), PRODUCTS, customer["product_interest"])
     return Draft({"customer_id": customer["customer_id"], "product": product.lower()},
                  (call("customer_relationship_manager_update_customer", customer_id=customer["customer_id"],
                        field="product_interest", new_value=product),))
 
 
 def _event_participant(rng: Random, e: Entities) -> Draft:
-    event, address = rng.choice(e.events), rng.choice(e.addresses)
+    event = rng.choice(e.events)
+    address = other_than(rng.choice(e.addresses), e.addresses, event["participant_email"])
     return Draft({"event_id": event["event_id"], "address": address},
                  (call("calendar_update_event", event_id=event["event_id"], field="participant_email", new_value=address),))
 
