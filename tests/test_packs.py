@@ -275,6 +275,25 @@ def test_kind_heuristic():
     assert classify_kind("Delete event 00000256 twice", (call, call)) == "multi_step"
 
 
+def test_an_update_never_asks_for_the_value_its_record_holds():
+    from datetime import date
+    from random import Random
+
+    from appliance.packs.entities import DURATION_WORDS, duration_words, later_than, other_than
+
+    assert other_than("Won", ("Qualified", "Won", "Lost"), "Lost") == "Won"
+    assert other_than("Won", ("Qualified", "Won", "Lost"), "Won") == "Lost"
+    assert other_than("Lost", ("Qualified", "Won", "Lost"), "Lost") == "Qualified"  # wraps round
+    assert later_than(date(2023, 12, 5), "2023-12-05") == date(2023, 12, 6)
+    assert later_than(date(2023, 12, 5), "2023-12-04") == date(2023, 12, 5)
+    for seed in range(20):  # no extra draw: the stream after it is the one an unconstrained draw leaves
+        free, held = Random(seed), Random(seed)
+        text, minutes = duration_words(free)
+        other_text, other_minutes = duration_words(held, unlike=minutes)
+        assert other_minutes != minutes and other_text in DURATION_WORDS[other_minutes]
+        assert free.random() == held.random()
+
+
 def test_normalise_collapses_case_punctuation_and_space():
     assert normalise("  Hello,   WORLD!! it's\tme ") == "hello world it s me"
 
