@@ -154,7 +154,7 @@ def dpo_config(tiny_model_dir, tmp_path, pack_dir, **overrides) -> TrainConfig:
 
 
 def test_a_dpo_run_changes_the_lora_and_saves_a_dpo_checkpoint_with_its_pairs(tiny_model_dir, tmp_path, pack_dir,
-                                                                              workspace):
+                                                                              workspace, monkeypatch):
     import torch
     from safetensors.torch import load_file
 
@@ -182,12 +182,20 @@ def test_a_dpo_run_changes_the_lora_and_saves_a_dpo_checkpoint_with_its_pairs(ti
     assert [e.type for e in seen][-1] == "run_finished"
 
     # From that adapter (as from an SFT one): it is the parent and the start, and training moves it on.
-    # With the chosen answers' NLL added (RPO) and the rejected answers cut: TRL runs the two losses.
+    # With the chosen answers' NLL added (RPO) and the rejected answers cut: TRL runs the two losses on cut rows.
+    from appliance.train import dpo as dpo_module
+
+    trained_rows = []
+    build_rows = dpo_module.dpo_rows
+    monkeypatch.setattr(dpo_module, "dpo_rows", lambda *a, **k: trained_rows.extend(build_rows(*a, **k)) or trained_rows)
     refined = run_dpo(dpo_config(tiny_model_dir, tmp_path, pack_dir, steps=1, eval_every=1, rpo_alpha=1.0,
                                  reject_first_difference=True, init_adapter=result.final_adapter),
                       workspace=workspace)
     manifest = registry.load_manifest(refined.final_adapter)
     assert manifest["config"]["rpo_alpha"] == 1.0 and manifest["config"]["reject_first_difference"] is True
+    stored = {p["chosen"]: p["rejected"] for p in saved["pairs"]}
+    assert trained_rows and all(stored[row["chosen"]].startswith(row["rejected"]) for row in trained_rows)
+    assert any(len(row["rejected"]) < len(stored[row["chosen"]]) for row in trained_rows)
     assert manifest["stage"] == "dpo" and manifest["parent"] == registry.load_checkpoint(result.final_adapter).id
     moved = load_file(str(Path(refined.final_adapter) / "adapter_model.safetensors"))
     assert set(moved) == set(after) and any(not torch.equal(moved[k], after[k]) for k in b_keys)

@@ -165,7 +165,8 @@ def other_than(value: Any, options: Sequence[Any], current: Any) -> Any:
 
 
 def later_than(day: date, current: str | None) -> date:
-    """`day`, or the day after it when a record already holds it (as `other_than`, for dates)."""
+    """`day`, or the day after it when a record already holds it (as `other_than`, for dates; a moved day can
+    change how many ways `day_words` has to say it, and so the draws after it: regenerate and compare)."""
     return day + timedelta(days=1) if day.isoformat() == current else day
 
 

@@ -246,8 +246,9 @@ class TrainConfig:
         "chosen answers likely while the pairs' margins grow; 0 = DPO alone."))
     reject_first_difference: bool = field(default=False, metadata=_help(
         "DPO: cut each rejected answer after its first token that differs from its chosen answer, so the loss pushes "
-        "down that token only and not the rest of the rejected answer, which a right answer may share (session 38: "
-        "whole rejected calls taught update calls to stop after the record's id); False = the whole answer."))
+        "down that token (and TRL's EOS, which it appends after it) and not the rest of the rejected answer, which "
+        "a right answer may share (session 38: whole rejected calls taught update calls to stop after the record's "
+        "id); an answer that would not tokenize back the same is kept whole; False = the whole answer."))
     reference_pairs: bool = field(default=True, metadata=_help(
         "DPO: a task whose stored samples all failed is paired against the pack's reference answer (its "
         "expected calls, as SFT learns them), so a model that never passes a task still gets pairs; False = "

@@ -84,17 +84,23 @@ def prompt_as_trl_tokenizes(prompt: str, tokenizer: Any) -> str:
 
 def rejected_through_first_difference(prompt: str, chosen: str, rejected: str, tokenizer: Any) -> str:
     """`rejected` up to and including its first token that differs from `chosen`, tokenized as TRL tokenizes a
-    pair (prompt + completion, one text); the whole of it when it is a prefix of `chosen` (its end is the
-    difference, and TRL's EOS marks it)."""
+    pair (prompt + completion as one text; the completion starts where that parts from the prompt alone). The whole
+    of it when it is a prefix of `chosen` (its end is the difference, and TRL's EOS marks it), or when the cut
+    text would not tokenize back to those tokens (a token merged across the prompt's end, a character split
+    between tokens): cutting there would train another text than the one sampled."""
+    from trl.data_utils import common_prefix_length
+
+    prompt_ids = tokenizer(text=prompt)["input_ids"]
     chosen_ids = tokenizer(text=prompt + chosen)["input_ids"]
     rejected_ids = tokenizer(text=prompt + rejected)["input_ids"]
-    start = len(tokenizer(text=prompt)["input_ids"])
-    shared = start
-    while shared < min(len(chosen_ids), len(rejected_ids)) and chosen_ids[shared] == rejected_ids[shared]:
-        shared += 1
-    if shared >= len(rejected_ids):
+    start = min(common_prefix_length(prompt_ids, chosen_ids), common_prefix_length(prompt_ids, rejected_ids))
+    shared = start + common_prefix_length(chosen_ids[start:], rejected_ids[start:])
+    if shared >= len(rejected_ids) or start < len(prompt_ids):
         return rejected
-    return tokenizer.decode(rejected_ids[start:shared + 1])
+    cut = tokenizer.decode(rejected_ids[start:shared + 1])
+    if not rejected.startswith(cut) or tokenizer(text=prompt + cut)["input_ids"] != rejected_ids[:shared + 1]:
+        return rejected
+    return cut
 
 
 def dpo_rows(pack: Any, tokenizer: Any, pairs: list[dict[str, Any]],
