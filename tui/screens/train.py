@@ -99,7 +99,7 @@ def train_args(app: Any, kind: str, preset: str, knobs: dict[str, str], resume: 
     defaults apply; a resumed run keeps its own saved config, so it gets no starting adapter."""
     defaults = knob_defaults(kind)
     args = ["train", kind, "--pack", app.pack, "--model", app.model]
-    if kind == "grpo" and preset != TrainConfig(stage=kind).preset:
+    if kind in train_flag_stages("preset") and preset != TrainConfig(stage=kind).preset:
         args += ["--preset", preset]
     for knob in KNOBS:
         value = knobs.get(knob.id, "").strip()
@@ -276,7 +276,7 @@ class TrainScreen(Screen):
             self.shown_defaults[field_id] = default
         for knob in KNOBS:
             self.query_one(f"#{knob.id}", Input).disabled = kind not in knob.stages
-        self.query_one("#preset", Select).disabled = kind != "grpo"
+        self.query_one("#preset", Select).disabled = kind not in train_flag_stages("preset")
 
     # --- actions -------------------------------------------------------------------------
 
