@@ -352,7 +352,8 @@ _RUN_FLAGS = (
     ("--model", "model", str), ("--pack", "pack", str), ("--quick", "quick", bool),
     ("--baseline-only", "baseline_only", bool), ("--checkpoints", "checkpoints_root", str),
     ("--baseline-k", "baseline_k", positive_int), ("--eval-limit", "eval_limit", positive_int),
-    ("--sft-steps", "sft_steps", positive_int), ("--grpo-steps", "grpo_steps", positive_int),
+    ("--sft-steps", "sft_steps", positive_int), ("--sft-batch-size", "sft_batch_size", positive_int),
+    ("--grpo-steps", "grpo_steps", positive_int),
     ("--strict", "strict", bool),
 )
 

@@ -23,6 +23,7 @@ from typing import Any
 from appliance.errors import ERROR_PREFIX, ApplianceError
 from appliance.generate.strict import STRICT_BY_DEFAULT, STRICT_HELP
 from appliance.interrupts import sigterm_as_interrupt
+from appliance.train.config import TrainConfig
 from appliance.events import (Event, EventSink, EvalFinished, RunFailed, RunFinished, RunStarted, null_sink,
                               parse_event)
 
@@ -50,7 +51,10 @@ class PipelineSettings:
     # SFT, 15 GRPO steps (~55 s a step of 4 x 4 rollouts, plus 2-3 min of screening) lost nothing on dev and
     # 30 lost 8.3 points. Time: 100 + 15 steps took 60 min, 150 + 30 took 86; the README's Results section
     # names the latest timed run of 150 + 15 and its command.
+    # Not 600 steps of 4 (two passes; session 39's H52): dev 90 against 67, but 6 dev refusals carried out
+    # against 1 (`--sft-steps 600 --sft-batch-size 4` runs it, about 15 minutes longer on 2 cores).
     sft_steps: int = field(default=150, metadata={"help": "SFT steps when SFT is recommended"})
+    sft_batch_size: int = field(default=TrainConfig.batch_size, metadata={"help": "SFT rows per step"})
     grpo_steps: int = field(default=15, metadata={"help": "GRPO steps"})
     strict: bool = field(default=STRICT_BY_DEFAULT, metadata={
         "help": f"{STRICT_HELP}: baseline, training and gate alike"})
@@ -176,9 +180,11 @@ def run_pipeline(s: PipelineSettings, *, workspace: Any, sink: EventSink = null_
 def _train_stage(stage: str, s: PipelineSettings, workspace: Any, sink: EventSink, extra: list[str]) -> str:
     """One training child process; returns its final adapter folder."""
     steps = s.sft_steps if stage == "sft" else s.grpo_steps
+    batch = ["--batch-size", str(s.sft_batch_size)] if stage == "sft" else []
     # A quick run checks the fit on as few training tasks as it evaluates held out.
     fit = ["--fit-limit", str(s.eval_limit)] if s.quick else []
     args = ["train", stage, "--model", s.model, "--pack", s.pack, "--steps", str(steps), "--eval-every", str(steps),
+            *batch,
             "--checkpoints", s.checkpoints_root, "--eval-limit", str(s.eval_limit or 0), *fit, *extra,
             *_common_args(s, workspace)]
     finished = _last(run_stage(args, sink), RunFinished)
@@ -197,8 +203,8 @@ def _train(s: PipelineSettings, action: str, workspace: Any, sink: EventSink,
         t0 = time.perf_counter()
         sft_adapter = _train_stage("sft", s, workspace, sink, [])
         _timed(result, "sft", t0)
-        result.lines.append(f"SFT: {s.sft_steps} steps → {sft_adapter} ({result.stages_s['sft']:.0f}s)"
-                            + _heldout_line(sft_adapter))
+        result.lines.append(f"SFT: {s.sft_steps} steps of {s.sft_batch_size} → {sft_adapter} "
+                            f"({result.stages_s['sft']:.0f}s)" + _heldout_line(sft_adapter))
         init = ["--init-adapter", sft_adapter]
     t0 = time.perf_counter()
     grpo_adapter = _train_stage("grpo", s, workspace, sink, init + s.grpo_args())

@@ -38,6 +38,7 @@ def main() -> None:
     parser.add_argument("--model", default=run.model)
     parser.add_argument("--pack", default=run.pack)
     parser.add_argument("--sft-steps", type=int, default=run.sft_steps)
+    parser.add_argument("--sft-batch-size", type=int, default=run.sft_batch_size)
     parser.add_argument("--grpo-steps", type=int, default=run.grpo_steps)
     parser.add_argument("--eval-splits", default="dev,val", help="comma-separated held-out splits to evaluate on")
     parser.add_argument("--pass-k", type=int, default=4, help="pass@k of the SFT start on each split (0: skip)")
@@ -73,7 +74,8 @@ def main() -> None:
     evaluate_all("baseline", None)
     t0 = time.perf_counter()
     sft_adapter = args.sft_adapter or run_sft(
-        TrainConfig(stage="sft", steps=args.sft_steps, eval_every=args.sft_steps, **common), workspace=ws).final_adapter
+        TrainConfig(stage="sft", steps=args.sft_steps, eval_every=args.sft_steps,
+                    batch_size=args.sft_batch_size, **common), workspace=ws).final_adapter
     seconds["sft_train_s"] = 0.0 if args.sft_adapter else time.perf_counter() - t0
     evaluate_all("sft", sft_adapter)
     if args.pass_k > 1:
