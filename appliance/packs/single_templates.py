@@ -11,7 +11,6 @@ held-out refusal templates are taught from several directions.
 """
 from __future__ import annotations
 
-from datetime import timedelta
 from random import Random
 
 from appliance.packs import content
@@ -76,8 +75,8 @@ def _move_event(rng: Random, e: Entities) -> Draft:
     event = rng.choice(e.events)
     day = future_day(rng)
     time_text, clock = time_slot(rng, event["duration"])
-    if f"{day.isoformat()} {clock}" == event["event_start"]:  # the time it already has: a day later
-        day += timedelta(days=1)
+    # The start it already has: a day later (the date is compared only when the clock matches).
+    day = later_than(day, event["event_start"].removesuffix(f" {clock}"))
     new_start = f"{day.isoformat()} {clock}"
     return Draft({"event_id": event["event_id"], "day": day_words(rng, day), "time": time_text},
                  (call("calendar_update_event", event_id=event["event_id"], field="event_start", new_value=new_start),))
