@@ -214,7 +214,8 @@ def _add_audit(sub: argparse._SubParsersAction) -> None:
 # (flag, TrainConfig field, type, the stage it belongs to or None for both); help and defaults come from the field.
 _TRAIN_FLAGS = (  # (flag, TrainConfig field, type, the stages that take it; None = every stage)
     ("--model", "model", str, None), ("--pack", "pack", str, None), ("--backend", "backend", str, None),
-    ("--steps", "steps", int, None), ("--lr", "learning_rate", float, None), ("--lora-r", "lora_r", int, None),
+    ("--steps", "steps", int, None), ("--lr", "learning_rate", float, None),
+    ("--optimizer", "optimizer", str, None), ("--lora-r", "lora_r", int, None),
     ("--lora-layers", "lora_layers", int, None), ("--eval-every", "eval_every", int, None),
     ("--eval-limit", "eval_limit", int, None), ("--fit-limit", "fit_limit", int, None),
     ("--init-adapter", "init_adapter", str, None), ("--resume", "resume_from", str, None),
@@ -264,12 +265,12 @@ def train_flag_stages(field_name: str) -> tuple[str, ...]:
 def _train_choices() -> dict[str, list[str]]:
     from appliance.packs.manifest import EVAL_SPLITS, TRAIN_SPLITS
     from appliance.rewards import SCHEMES
-    from appliance.train.config import BACKENDS, REWARD_SCALINGS, TASK_SELECTIONS
+    from appliance.train.config import BACKENDS, OPTIMIZERS, REWARD_SCALINGS, TASK_SELECTIONS
     from appliance.train.presets import PRESETS
 
     return {"backend": list(BACKENDS), "train_split": list(TRAIN_SPLITS), "eval_split": list(EVAL_SPLITS),
             "preset": list(PRESETS), "reward": list(SCHEMES), "task_selection": list(TASK_SELECTIONS),
-            "scale_rewards": list(REWARD_SCALINGS)}
+            "scale_rewards": list(REWARD_SCALINGS), "optimizer": list(OPTIMIZERS)}
 
 
 def _add_train(sub: argparse._SubParsersAction) -> None:

@@ -118,6 +118,8 @@ CASES = {
     "grpo lr negative": (["train", "grpo", "--lr", "-1"], "learning_rate"),
     "grpo lr zero": (["train", "grpo", "--lr", "0"], "learning_rate"),
     "grpo lr not a number": (["train", "grpo", "--lr", "fast"], "--lr"),
+    "grpo sgd without a rate": (["train", "grpo", "--optimizer", "sgd"], "--lr"),
+    "grpo unknown optimizer": (["train", "grpo", "--optimizer", "lion"], "--optimizer"),
     "grpo steps zero": (["train", "grpo", "--steps", "0"], "steps"),
     "grpo num-generations one": (["train", "grpo", "--num-generations", "1"], "num_generations"),
     "grpo num-generations negative": (["train", "grpo", "--num-generations", "-4"], "num_generations"),

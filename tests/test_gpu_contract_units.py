@@ -626,6 +626,20 @@ def test_the_unsloth_dpo_trainer_gets_our_arguments_with_unsloths_precision_and_
     assert not {"use_vllm", "use_cpu", "vllm_mode"} & set(args)  # DPO samples nothing
 
 
+def test_sgd_replaces_unsloths_8bit_adamw_when_the_config_asks_for_it(tmp_path, monkeypatch):
+    from appliance.train.dpo import dpo_args
+
+    stand_in = types.ModuleType("unsloth")
+    stand_in.is_bfloat16_supported = lambda: False
+    monkeypatch.setitem(sys.modules, "unsloth", stand_in)
+    monkeypatch.setattr("trl.DPOTrainer", CapturedDPOTrainer)
+    monkeypatch.setattr("trl.DPOConfig", lambda **kwargs: kwargs)
+    config = TrainConfig(stage="dpo", optimizer="sgd", learning_rate=0.5)
+    run = SimpleNamespace(trainer_dir=tmp_path / "trainer", pack=FAKE_PACK)
+    trainer = bare_unsloth_backend().make_dpo_trainer("model", "tokenizer", [], config, dpo_args(config, run), [])
+    assert (trainer.args["optim"], trainer.args["learning_rate"]) == ("sgd", 0.5)
+
+
 class FakeFastLanguageModel:
     """Records what load_for_training asks of Unsloth's loader."""
 

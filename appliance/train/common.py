@@ -417,6 +417,7 @@ def trainer_args(config: TrainConfig, run: RunContext) -> dict[str, Any]:
         "output_dir": str(run.trainer_dir),
         "max_steps": config.steps,
         "learning_rate": config.effective_learning_rate,
+        **optimizer_args(config),
         "gradient_accumulation_steps": 1,
         "logging_steps": 1,
         "save_strategy": "steps",
@@ -428,6 +429,11 @@ def trainer_args(config: TrainConfig, run: RunContext) -> dict[str, Any]:
         "disable_tqdm": True,
         "dataloader_num_workers": 0,
     }
+
+
+def optimizer_args(config: TrainConfig) -> dict[str, Any]:
+    """TrainingArguments' `optim` for a config that asks for SGD; AdamW is each backend's own default."""
+    return {"optim": "sgd"} if config.optimizer == "sgd" else {}
 
 
 def tools_shown(pack: Any, task: Any) -> list[dict[str, Any]]:

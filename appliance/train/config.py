@@ -50,6 +50,7 @@ STAGES = ("sft", "grpo", "dpo")
 # GRPO: every task of its pool, the most uncertain ones, or the most uncertain of each template in turn (screen.py)
 TASK_SELECTIONS = ("all", "uncertain", "uncertain_by_template")
 REWARD_SCALINGS = ("group", "batch", "none")  # TRL's GRPOConfig.scale_rewards
+OPTIMIZERS = ("adamw", "sgd")
 ALL_LINEAR = "all-linear"
 # What `all-linear` means for the Llama/Qwen-style decoders we train, where an explicit list is needed.
 ALL_LINEAR_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -87,6 +88,12 @@ class TrainConfig:
         "Peak learning rate for the LoRA weights, decayed linearly to 0; None = the stage's default ("
         + ", ".join(f"{stage.upper()} {rate:.0e}".replace("e-0", "e-") for stage, rate in DEFAULT_LEARNING_RATE.items())
         + "; SFT's was chosen on the embedded 135M model, and larger models usually train at a lower rate)."))
+    # AdamW's first steps move every weight by about the learning rate in the sign of its gradient, however
+    # small and noisy that gradient is; GRPO's 16 samples a step give a noisy one (docs/learning.md, session 40).
+    optimizer: str = field(default="adamw", metadata=_help(
+        "adamw (the trainers' AdamW; the GPU backend's 8-bit AdamW) or sgd (plain SGD: each weight moves in "
+        "proportion to its gradient, so weights the batch barely touches barely move). SGD's learning rate is "
+        "on another scale (about 1 where AdamW takes 5e-5) and must be given."))
     batch_size: int = field(default=8, metadata=_help("SFT and DPO: examples (DPO: pairs) per optimizer step."))
     lora_r: int = field(default=16, metadata=_help("LoRA rank."))
     lora_alpha: int = field(default=32, metadata=_help("LoRA scaling numerator (effective scale alpha / r)."))
@@ -274,6 +281,11 @@ class TrainConfig:
         if self.learning_rate is not None and not 0 < self.learning_rate < float("inf"):
             raise ApplianceError(f"learning_rate must be a positive number such as "
                                  f"{DEFAULT_LEARNING_RATE[self.stage]:g}, not {self.learning_rate!r}.")
+        if self.optimizer not in OPTIMIZERS:
+            raise ApplianceError(f"Unknown optimizer {self.optimizer!r}; choose one of {', '.join(OPTIMIZERS)}.")
+        if self.optimizer == "sgd" and self.learning_rate is None:
+            raise ApplianceError("optimizer sgd needs a learning rate (--lr): its scale is not AdamW's, so the "
+                                 "stage's default does not apply.")
         if self.lora_r < 1:
             raise ApplianceError(f"lora_r must be at least 1, not {self.lora_r!r}.")
         if self.stage in ("sft", "dpo"):

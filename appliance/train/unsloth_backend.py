@@ -48,6 +48,7 @@ from typing import Any, Callable
 
 from ..errors import ApplianceError
 from .backends import build_grpo_trainer, build_sft_trainer, freeze_adapter_below, load_adapter_weights
+from .common import optimizer_args
 from .config import ALL_LINEAR, ALL_LINEAR_MODULES, TrainConfig
 from .multiturn import MULTI_TURN_CPU_ONLY
 
@@ -229,9 +230,13 @@ class UnslothBackend:
         bf16 = bool(is_bfloat16_supported())
         return {"bf16": bf16, "fp16": not bf16, "optim": "adamw_8bit"}
 
+    def _with_backend(self, args: dict[str, Any], config: TrainConfig) -> dict[str, Any]:
+        """The run's arguments with this backend's; SGD, when the config asks for it, replaces 8-bit AdamW."""
+        return {**args, **self.backend_args(), **optimizer_args(config)}
+
     def make_sft_trainer(self, model: Any, tokenizer: Any, dataset: Any, config: TrainConfig,
                          args: dict[str, Any], callbacks: list[Any]) -> Any:
-        return build_sft_trainer(model, tokenizer, dataset, {**args, **self.backend_args()}, callbacks)
+        return build_sft_trainer(model, tokenizer, dataset, self._with_backend(args, config), callbacks)
 
     def make_grpo_trainer(self, model: Any, tokenizer: Any, dataset: Any, config: TrainConfig,
                           args: dict[str, Any], reward_funcs: list[Callable], callbacks: list[Any],
@@ -250,7 +255,7 @@ class UnslothBackend:
                      "vllm_gpu_memory_utilization": config.gpu_memory_utilization}
         if tools_by_prompt is not None:
             colocated["generation_kwargs"] = {"structured_outputs": union_grammar(tools_by_prompt.values())}
-        return build_grpo_trainer(model, tokenizer, dataset, {**args, **self.backend_args(), **colocated},
+        return build_grpo_trainer(model, tokenizer, dataset, {**self._with_backend(args, config), **colocated},
                                   reward_funcs, callbacks, trainer_mixin)
 
     def make_dpo_trainer(self, model: Any, tokenizer: Any, dataset: Any, config: TrainConfig,
@@ -259,7 +264,7 @@ class UnslothBackend:
 
         # trl's DPOTrainer/DPOConfig are Unsloth's patched ones by now (module docstring); no vLLM options:
         # DPO samples nothing.
-        return build_dpo_trainer(model, tokenizer, dataset, {**args, **self.backend_args()}, callbacks)
+        return build_dpo_trainer(model, tokenizer, dataset, self._with_backend(args, config), callbacks)
 
     def save_adapter(self, model: Any, out_dir: str | Path) -> None:
         # save_lora writes the same PEFT files as save_pretrained, from the live LoRA tensors, and passes
