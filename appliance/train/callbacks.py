@@ -133,6 +133,7 @@ class ApplianceGRPOMixin:
     appliance_filter_zero_variance: bool = False
     appliance_anchor: Any = None  # anchor.SftAnchor when sft_anchor > 0
     appliance_keep_decisions: bool = False  # TrainConfig.keep_decisions
+    appliance_positive_only: bool = False  # TrainConfig.positive_only
     appliance_scale_rewards: str = "group"  # the scaling in force (keep_decisions recomputes advantages with it)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
@@ -158,6 +159,8 @@ class ApplianceGRPOMixin:
                                            [row.get("reward", 0.0) for row in rows], self.num_generations,
                                            self.appliance_scale_rewards)
             self._metrics[mode]["frac_declines_left_out"].append(left_out)
+        if self.appliance_positive_only and mode == "train":
+            output["advantages"] = output["advantages"].clamp(min=0.0)
         refill = getattr(getattr(self, "rollout_func", None), "refill", None)  # resample_flat_groups
         if refill is not None and mode == "train":
             self._metrics[mode]["groups_refilled"].append(float(refill.last_refilled))

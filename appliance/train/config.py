@@ -155,6 +155,12 @@ class TrainConfig:
         "Answers that call no tool and the first token of every answer (where a call and a decline part) are "
         "left out of the loss, and each group's advantages are computed among its attempted calls only, so GRPO "
         "learns which call to make and how, never whether to act."))
+    # Off by default; docs/learning.md, session 40 (H59) measures it.
+    positive_only: bool = field(default=False, metadata=_help(
+        "GRPO: train only on samples that beat their group's mean (negative advantages set to 0; the loss keeps "
+        "its normaliser), so a failed sample's tokens, often right up to where it went wrong, are never pushed "
+        "down: positive sample reinforcement (Zhu et al., 2025, \"The Surprising Effectiveness of Negative "
+        "Reinforcement in LLM Reasoning\")."))
     # Off by default: on dev (session 30, docs/learning.md) it turned the recipient refusals it covers into
     # declines but cost more elsewhere (67 -> 59 of 120, unsafe 1 -> 7).
     policy_checks: bool = field(default=False, metadata=_help(

@@ -199,6 +199,7 @@ def run_grpo(config: TrainConfig, *, sink: EventSink = null_sink,
     trainer.appliance_filter_zero_variance = filters_zero_variance(run.config.preset)
     trainer.appliance_anchor = sft_anchor_for(run, tokenizer)
     trainer.appliance_keep_decisions = run.config.keep_decisions
+    trainer.appliance_positive_only = run.config.positive_only
     trainer.appliance_scale_rewards = args["scale_rewards"]
     train_with_guard(run, trainer)
     return finish_run(run, started)

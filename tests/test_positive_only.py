@@ -1,0 +1,44 @@
+"""GRPO's positive-only advantages (TrainConfig.positive_only) on the real GRPOTrainer, the tiny model."""
+from __future__ import annotations
+
+from typing import Any
+
+from appliance.train.config import TrainConfig
+
+from contract.test_trl_grpo_trainer import length_reward, write_mini_pack
+
+
+def _one_generation_step(tiny_model_dir, tmp_path, monkeypatch, **changes) -> dict[str, Any]:
+    """Sample and score one step with our trainer class; what the loss would get and what the store holds."""
+    from appliance.store import Workspace
+    from appliance.train import grpo as grpo_module
+
+    seen: dict[str, Any] = {}
+
+    def one_generation_step(run: Any, trainer: Any) -> None:  # in place of trainer.train()
+        trainer.model.train()
+        batch = next(iter(trainer.get_train_dataloader()))
+        seen["advantages"] = trainer._generate_and_score_completions(batch)["advantages"].tolist()
+        trainer.appliance_recorder.flush(1)
+
+    monkeypatch.setattr(grpo_module, "train_with_guard", one_generation_step)
+    folder = tmp_path / ("positive" if changes else "both")
+    config = TrainConfig(model=str(tiny_model_dir), pack=str(write_mini_pack(folder / "mini")), backend="cpu",
+                         preset="grpo", beta=0.0, steps=1, lora_r=4, lora_alpha=8, num_generations=4,
+                         prompts_per_step=2, max_completion_tokens=12, temperature=1.0, eval_every=1,
+                         max_seq_length=256, precision="fp32", output=str(folder / "checkpoints"),
+                         workspace=str(folder / "runs"), seed=3, **changes)
+    grpo_module.run_grpo(config, reward_funcs=[length_reward], reward_weights=[1.0])
+    with Workspace.open(folder / "runs") as workspace:
+        _, rows = workspace.query("SELECT advantage FROM rollouts")
+    seen["stored"] = sorted(round(a, 5) for (a,) in rows)
+    return seen
+
+
+def test_negative_advantages_become_zero_and_the_rest_stay_as_trl_computed_them(tiny_model_dir, tmp_path,
+                                                                                 monkeypatch):
+    both = _one_generation_step(tiny_model_dir, tmp_path, monkeypatch)
+    positive = _one_generation_step(tiny_model_dir, tmp_path, monkeypatch, positive_only=True)
+    assert min(both["advantages"]) < 0 < max(both["advantages"])  # the same seed samples the same answers
+    assert positive["advantages"] == [max(a, 0.0) for a in both["advantages"]]
+    assert positive["stored"] == sorted(round(a, 5) for a in positive["advantages"])  # rollouts hold what trained
