@@ -1,15 +1,13 @@
 """SFT's decision weight: the answer's first token counts `decision_weight` times in TRL's loss, nothing else moves."""
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from appliance.errors import ApplianceError
 from appliance.train import TrainConfig
 from appliance.train.sft import first_token_weights
 
-from test_train import config, write_mini_pack  # noqa: F401  (the fixture and its pack)
+from test_train import config, sft_trainer, write_mini_pack  # noqa: F401  (the fixture and its pack)
 
 
 def test_the_weight_sits_on_each_rows_first_labelled_position():
@@ -18,25 +16,6 @@ def test_the_weight_sits_on_each_rows_first_labelled_position():
     labels = torch.tensor([[-100, -100, 7, 8, 9], [-100, 5, 6, -100, -100], [-100, -100, -100, -100, -100]])
     weights = first_token_weights(labels, 4.0)
     assert weights.tolist() == [[1, 1, 4, 1, 1], [1, 4, 1, 1, 1], [1, 1, 1, 1, 1]]
-
-
-def _trainer(config, weight):
-    from datasets import Dataset
-
-    from appliance.train.cpu import CpuBackend
-    from appliance.train.sft import sft_args
-
-    config = dataclasses.replace(config, stage="sft", decision_weight=weight)
-    backend = CpuBackend()
-    model, tokenizer = backend.load_for_training(config)
-    rows = [{"prompt": f"Email {name}.", "completion": f'{{"name": "send_email", "to": "{name}"}}'}
-            for name in ("Carlos", "Nadia", "Sam", "Ana")]
-
-    class Run:  # what trainer_args reads of a run
-        trainer_dir = config.output
-
-    args = sft_args(config, Run, len(rows))
-    return backend.make_sft_trainer(model, tokenizer, Dataset.from_list(rows), config, args, [])
 
 
 def _hand_loss(trainer, batch, weight):
@@ -56,7 +35,7 @@ def test_the_loss_counts_the_first_answer_token_weight_times(config):
 
     losses = {}
     for weight in (0.0, 1.0, 6.0):
-        trainer = _trainer(config, weight)
+        trainer = sft_trainer(config, decision_weight=weight)
         batch = trainer._prepare_inputs(next(iter(trainer.get_train_dataloader())))
         with torch.no_grad():
             losses[weight] = float(trainer.compute_loss(trainer.model, dict(batch)))

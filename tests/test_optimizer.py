@@ -1,33 +1,16 @@
 """The optimizer choice: AdamW by default, plain SGD when asked, on the trainer TRL actually builds."""
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from appliance.errors import ApplianceError
 from appliance.train import TrainConfig
 
-from test_train import config, write_mini_pack  # noqa: F401  (the fixture and its pack)
+from test_train import config, sft_trainer, write_mini_pack  # noqa: F401  (the fixture and its pack)
 
 
 def _sft_trainer(config, **changes):
-    from datasets import Dataset
-
-    from appliance.train.cpu import CpuBackend
-    from appliance.train.sft import sft_args
-
-    config = dataclasses.replace(config, stage="sft", **changes)
-    backend = CpuBackend()
-    model, tokenizer = backend.load_for_training(config)
-    rows = [{"prompt": f"Email {name}.", "completion": f'{{"name": "send_email", "to": "{name}"}}'}
-            for name in ("Carlos", "Nadia", "Sam", "Ana")]
-
-    class Run:  # what trainer_args reads of a run
-        trainer_dir = config.output
-
-    trainer = backend.make_sft_trainer(model, tokenizer, Dataset.from_list(rows), config,
-                                       sft_args(config, Run, len(rows)), [])
+    trainer = sft_trainer(config, **changes)
     trainer.create_optimizer()
     return trainer
 

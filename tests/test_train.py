@@ -75,6 +75,26 @@ def grpo(config, **kwargs):
     return run_grpo(config, reward_funcs=[length_reward, exact_reward], reward_weights=[1.0, 1.0], **kwargs)
 
 
+def sft_trainer(config, **changes):
+    """TRL's SFT trainer as the cpu backend builds it, on four email rows (`changes` replace config fields)."""
+    from datasets import Dataset
+
+    from appliance.train.cpu import CpuBackend
+    from appliance.train.sft import sft_args
+
+    config = dataclasses.replace(config, stage="sft", **changes)
+    backend = CpuBackend()
+    model, tokenizer = backend.load_for_training(config)
+    rows = [{"prompt": f"Email {name}.", "completion": f'{{"name": "send_email", "to": "{name}"}}'}
+            for name in ("Carlos", "Nadia", "Sam", "Ana")]
+
+    class Run:  # what trainer_args reads of a run
+        trainer_dir = config.output
+
+    args = sft_args(config, Run, len(rows))
+    return backend.make_sft_trainer(model, tokenizer, Dataset.from_list(rows), config, args, [])
+
+
 def initial_adapter(config, tmp_path) -> Path:
     """The LoRA a run starts from, saved with the same seed (B is zero, A is seeded)."""
     from appliance.train.cpu import CpuBackend
