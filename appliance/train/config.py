@@ -89,7 +89,8 @@ class TrainConfig:
         + ", ".join(f"{stage.upper()} {rate:.0e}".replace("e-0", "e-") for stage, rate in DEFAULT_LEARNING_RATE.items())
         + "; SFT's was chosen on the embedded 135M model, and larger models usually train at a lower rate)."))
     # AdamW's first steps move every weight by about the learning rate in the sign of its gradient, however
-    # small and noisy that gradient is; GRPO's 16 samples a step give a noisy one (docs/learning.md, session 40).
+    # small and noisy that gradient is. AdamW stays the default: GRPO with SGD gained nothing on dev from the
+    # two-pass SFT start (lr 2: 90 -> 66 of 120, arguments miscopied; lr 0.5: 86; docs/learning.md, session 40).
     optimizer: str = field(default="adamw", metadata=_help(
         "adamw (the trainers' AdamW; the GPU backend's 8-bit AdamW) or sgd (plain SGD: each weight moves in "
         "proportion to its gradient, so weights the batch barely touches barely move). SGD's learning rate is "
@@ -155,7 +156,9 @@ class TrainConfig:
         "Answers that call no tool and the first token of every answer (where a call and a decline part) are "
         "left out of the loss, and each group's advantages are computed among its attempted calls only, so GRPO "
         "learns which call to make and how, never whether to act."))
-    # Off by default; docs/learning.md, session 40 (H59) measures it.
+    # Off by default (docs/learning.md, session 40): with SGD at lr 2 it kept the copying the whole step broke and
+    # moved 6 dev answers (90 -> 91 of 120); at lr 8 every answer became a decline; with AdamW's default from the
+    # default SFT, 67 -> 68.
     positive_only: bool = field(default=False, metadata=_help(
         "GRPO: train only on samples that beat their group's mean (negative advantages set to 0; the loss keeps "
         "its normaliser), so a failed sample's tokens, often right up to where it went wrong, are never pushed "
