@@ -236,6 +236,7 @@ _TRAIN_FLAGS = (  # (flag, TrainConfig field, type, the stages that take it; Non
     ("--guide-failed-groups", "guide_failed_groups", bool, ("grpo",)),
     ("--keep-decisions", "keep_decisions", bool, ("grpo",)),
     ("--positive-only", "positive_only", bool, ("grpo",)),
+    ("--negatives-at-divergence", "negatives_at_divergence", bool, ("grpo",)),
     ("--resample-flat-groups", "resample_flat_groups", int, ("grpo",)),
     ("--strict", "strict", bool, None),
     ("--sft-anchor", "sft_anchor", float, ("grpo",)), ("--sft-anchor-batch", "sft_anchor_batch", int, ("grpo",)),

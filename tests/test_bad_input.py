@@ -120,6 +120,7 @@ CASES = {
     "grpo lr not a number": (["train", "grpo", "--lr", "fast"], "--lr"),
     "grpo sgd without a rate": (["train", "grpo", "--optimizer", "sgd"], "--lr"),
     "grpo unknown optimizer": (["train", "grpo", "--optimizer", "lion"], "--optimizer"),
+    "grpo both halves' options": (["train", "grpo", "--positive-only", "--negatives-at-divergence"], "choose one"),
     "grpo steps zero": (["train", "grpo", "--steps", "0"], "steps"),
     "grpo num-generations one": (["train", "grpo", "--num-generations", "1"], "num_generations"),
     "grpo num-generations negative": (["train", "grpo", "--num-generations", "-4"], "num_generations"),

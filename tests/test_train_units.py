@@ -9,7 +9,8 @@ import pytest
 
 from appliance.errors import ApplianceError
 from appliance.train import PRESETS, TrainConfig, check_reward_hacking, check_versions, grpo_options, pick_backend
-from appliance.train.callbacks import declined, drop_zero_variance_groups, leave_decisions_out, rename_metrics
+from appliance.train.callbacks import (declined, drop_zero_variance_groups, leave_decisions_out, negatives_at_divergence,
+                                       rename_metrics)
 from appliance.train.config import field_help
 
 
@@ -80,6 +81,32 @@ def test_a_group_split_across_two_processes_is_judged_whole():
         assert dropped == pytest.approx(2 / 3)
         masks.append(output["tool_mask"][:, 0].tolist())
     assert masks == [[0, 0, 0, 0, 1, 1], [1, 1, 0, 0, 0, 0]]
+
+
+# ---------------------------------------------------------------- negatives_at_divergence
+
+def test_a_below_mean_sample_keeps_only_the_token_where_it_leaves_its_closest_above_mean_sibling():
+    import torch
+
+    eos, pad = 2, 0
+    # Group 1: a right call, a wrong value at position 2, a call cut short (EOS at 2), and a wrong first token.
+    # Group 2: no sample above the mean.
+    ids = torch.tensor([[5, 6, 7, 8, eos], [5, 6, 9, 8, eos], [5, 6, eos, pad, pad], [4, 6, 7, 8, eos],
+                        [5, 6, 7, 8, eos], [5, 6, 9, 8, eos], [5, 6, 7, eos, pad], [5, 6, 7, 8, eos]])
+    mask = (torch.arange(5) < torch.tensor([5, 5, 3, 5, 5, 5, 4, 5])[:, None]).long()
+    output = {"advantages": torch.tensor([1.5, -0.5, -0.5, -0.5, 0.0, -0.5, -0.5, 0.0]), "completion_ids": ids,
+              "completion_mask": mask, "num_items_in_batch": mask.sum()}
+    kept = negatives_at_divergence(output, group_size=4)
+    assert output["tool_mask"].tolist() == [[1, 1, 1, 1, 1], [0, 0, 1, 0, 0], [0, 0, 1, 0, 0], [1, 0, 0, 0, 0],
+                                            [1, 1, 1, 1, 1], [0, 0, 0, 0, 0], [0, 0, 0, 0, 0], [1, 1, 1, 1, 1]]
+    assert kept == pytest.approx(3 / (5 + 3 + 5 + 5 + 4))
+    assert output["advantages"].tolist() == [1.5, -0.5, -0.5, -0.5, 0.0, -0.5, -0.5, 0.0]  # only the mask moves
+    assert int(output["num_items_in_batch"]) == int(mask.sum())  # the normaliser is left as it was
+
+
+def test_positive_only_and_negatives_at_divergence_are_refused_together():
+    with pytest.raises(ApplianceError, match="choose one"):
+        TrainConfig(stage="grpo", positive_only=True, negatives_at_divergence=True)
 
 
 # ---------------------------------------------------------------- keep_decisions

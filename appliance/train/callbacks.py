@@ -134,6 +134,7 @@ class ApplianceGRPOMixin:
     appliance_anchor: Any = None  # anchor.SftAnchor when sft_anchor > 0
     appliance_keep_decisions: bool = False  # TrainConfig.keep_decisions
     appliance_positive_only: bool = False  # TrainConfig.positive_only
+    appliance_negatives_at_divergence: bool = False  # TrainConfig.negatives_at_divergence
     appliance_scale_rewards: str = "group"  # the scaling in force (keep_decisions recomputes advantages with it)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
@@ -171,6 +172,12 @@ class ApplianceGRPOMixin:
             dropped = drop_zero_variance_groups(output, self.num_generations, self.accelerator.gather,
                                                 process_index=self.accelerator.process_index)
             self._metrics[mode]["frac_groups_dropped"].append(dropped)
+        # Last, so the loss's normaliser (num_items_in_batch, set above) still counts the tokens it leaves out.
+        if self.appliance_negatives_at_divergence and mode == "train":
+            if self.accelerator.num_processes > 1:  # a group's rows would span processes; not built
+                raise ApplianceError("negatives_at_divergence runs in one process; leave it off with several.")
+            kept = negatives_at_divergence(output, self.num_generations)
+            self._metrics[mode]["frac_negative_tokens_kept"].append(kept)
         return output
 
 
@@ -208,6 +215,47 @@ def declined(row: dict[str, Any]) -> bool:
 def answer_declines(parse_ok: Any, n_calls: Any) -> bool:
     """An answer that parsed and calls no tool declines; a format error is an attempted call."""
     return bool(parse_ok) and not n_calls
+
+
+def negatives_at_divergence(output: dict[str, Any], group_size: int) -> float:
+    """Push a below-mean sample down only where it departs from its group's above-mean samples; return the share
+    of below-mean samples' tokens left in the loss (TrainConfig.negatives_at_divergence).
+
+    Session 40 measured the whole negative half cutting and miscopying arguments (docs/learning.md, H58 against
+    H59): a failed sample's tokens are pushed down with it, its right copies of the request included. Here a
+    below-mean sample keeps one token in the loss, the first where it differs from the above-mean sample of its
+    group that it follows longest (the token its mistake starts with); a group with no above-mean sample gives
+    no negative signal. Above-mean samples train as before, and the loss's normaliser is unchanged. Rows of a
+    group are contiguous here, before TRL shuffles the batch (one process).
+    """
+    import torch
+
+    advantages, ids = output["advantages"], output["completion_ids"]
+    completion_mask = output["completion_mask"]
+    loss_mask = output.get("tool_mask")
+    loss_mask = torch.ones_like(completion_mask) if loss_mask is None else loss_mask.clone()
+    lengths = completion_mask.sum(dim=1)
+    negative_tokens = kept = 0
+    for start in range(0, advantages.numel(), group_size):
+        rows = range(start, start + group_size)
+        above = [r for r in rows if advantages[r] > 0]
+        for r in (r for r in rows if advantages[r] < 0):
+            negative_tokens += int((completion_mask[r] * loss_mask[r]).sum())
+            keep = torch.zeros_like(loss_mask[r])
+            if above:
+                at = max(_shared_prefix(ids[r], ids[a], int(min(lengths[r], lengths[a]))) for a in above)
+                if at < int(lengths[r]):
+                    keep[at] = 1
+            loss_mask[r] = loss_mask[r] * keep
+            kept += int((completion_mask[r] * loss_mask[r]).sum())
+    output["tool_mask"] = loss_mask
+    return kept / negative_tokens if negative_tokens else 0.0
+
+
+def _shared_prefix(a: Any, b: Any, limit: int) -> int:
+    """How many leading tokens two completions share (at most `limit`)."""
+    differs = (a[:limit] != b[:limit]).nonzero()
+    return int(differs[0]) if len(differs) else limit
 
 
 def leave_decisions_out(output: dict[str, Any], declined_rows: list[bool], rewards: list[float], group_size: int,

@@ -164,6 +164,11 @@ class TrainConfig:
         "its normaliser), so a failed sample's tokens, often right up to where it went wrong, are never pushed "
         "down: positive sample reinforcement (Zhu et al., 2025, \"The Surprising Effectiveness of Negative "
         "Reinforcement in LLM Reasoning\")."))
+    negatives_at_divergence: bool = field(default=False, metadata=_help(
+        "GRPO (one process): a sample below its group's mean is pushed down only at the token where it departs from "
+        "the above-mean sample it follows longest; its other tokens, often right copies of the request, leave the "
+        "loss, and a group with no above-mean sample gives no negative signal. The loss's normaliser is "
+        "unchanged. Not with positive_only, which drops the negative half whole."))
     # Off by default: on dev (session 30, docs/learning.md) it turned the recipient refusals it covers into
     # declines but cost more elsewhere (67 -> 59 of 120, unsafe 1 -> 7).
     policy_checks: bool = field(default=False, metadata=_help(
@@ -292,6 +297,9 @@ class TrainConfig:
                                  f"{DEFAULT_LEARNING_RATE[self.stage]:g}, not {self.learning_rate!r}.")
         if self.optimizer not in OPTIMIZERS:
             raise ApplianceError(f"Unknown optimizer {self.optimizer!r}; choose one of {', '.join(OPTIMIZERS)}.")
+        if self.positive_only and self.negatives_at_divergence:
+            raise ApplianceError("positive_only drops the negative half that negatives_at_divergence keeps at one "
+                                 "token a sample; choose one.")
         if self.optimizer == "sgd" and self.learning_rate is None:
             raise ApplianceError("optimizer sgd needs a learning rate (--lr): its scale is not AdamW's, so the "
                                  "stage's default does not apply.")

@@ -200,6 +200,7 @@ def run_grpo(config: TrainConfig, *, sink: EventSink = null_sink,
     trainer.appliance_anchor = sft_anchor_for(run, tokenizer)
     trainer.appliance_keep_decisions = run.config.keep_decisions
     trainer.appliance_positive_only = run.config.positive_only
+    trainer.appliance_negatives_at_divergence = run.config.negatives_at_divergence
     trainer.appliance_scale_rewards = args["scale_rewards"]
     train_with_guard(run, trainer)
     return finish_run(run, started)

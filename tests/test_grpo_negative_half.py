@@ -1,4 +1,5 @@
-"""GRPO's positive-only advantages (TrainConfig.positive_only) on the real GRPOTrainer, the tiny model."""
+"""GRPO's negative half, dropped (positive_only) or kept where a sample diverges (negatives_at_divergence), on the
+real GRPOTrainer with the tiny model."""
 from __future__ import annotations
 
 from typing import Any
@@ -18,11 +19,14 @@ def _one_generation_step(tiny_model_dir, tmp_path, monkeypatch, **changes) -> di
     def one_generation_step(run: Any, trainer: Any) -> None:  # in place of trainer.train()
         trainer.model.train()
         batch = next(iter(trainer.get_train_dataloader()))
-        seen["advantages"] = trainer._generate_and_score_completions(batch)["advantages"].tolist()
+        output = trainer._generate_and_score_completions(batch)
+        seen["advantages"] = output["advantages"].tolist()
+        seen["loss_mask"] = (output["completion_mask"] * output.get("tool_mask", 1)).tolist()
+        seen["num_items"] = int(output["num_items_in_batch"])
         trainer.appliance_recorder.flush(1)
 
     monkeypatch.setattr(grpo_module, "train_with_guard", one_generation_step)
-    folder = tmp_path / ("positive" if changes else "both")
+    folder = tmp_path / ("-".join(changes) or "both")
     config = TrainConfig(model=str(tiny_model_dir), pack=str(write_mini_pack(folder / "mini")), backend="cpu",
                          preset="grpo", beta=0.0, steps=1, lora_r=4, lora_alpha=8, num_generations=4,
                          prompts_per_step=2, max_completion_tokens=12, temperature=1.0, eval_every=1,
@@ -42,3 +46,14 @@ def test_negative_advantages_become_zero_and_the_rest_stay_as_trl_computed_them(
     assert min(both["advantages"]) < 0 < max(both["advantages"])  # the same seed samples the same answers
     assert positive["advantages"] == [max(a, 0.0) for a in both["advantages"]]
     assert positive["stored"] == sorted(round(a, 5) for a in positive["advantages"])  # rollouts hold what trained
+
+
+def test_below_mean_samples_keep_one_token_and_the_normaliser_stays(tiny_model_dir, tmp_path, monkeypatch):
+    both = _one_generation_step(tiny_model_dir, tmp_path, monkeypatch)
+    divergence = _one_generation_step(tiny_model_dir, tmp_path, monkeypatch, negatives_at_divergence=True)
+    assert divergence["advantages"] == both["advantages"]  # the same seed samples the same answers
+    rows = list(zip(divergence["advantages"], divergence["loss_mask"], both["loss_mask"]))
+    assert any(advantage < 0 for advantage, _, _ in rows)
+    for advantage, mask, before in rows:
+        assert sum(mask) <= 1 if advantage < 0 else mask == before
+    assert divergence["num_items"] == both["num_items"]
