@@ -164,6 +164,8 @@ class TrainConfig:
         "its normaliser), so a failed sample's tokens, often right up to where it went wrong, are never pushed "
         "down: positive sample reinforcement (Zhu et al., 2025, \"The Surprising Effectiveness of Negative "
         "Reinforcement in LLM Reasoning\")."))
+    # Off by default (docs/learning.md, session 40, H63): with SGD at lr 2 from the two-pass SFT start, the
+    # push-down at the divergence token made every email-by-id request one tool (dev 90 -> 45 of 120).
     negatives_at_divergence: bool = field(default=False, metadata=_help(
         "GRPO (one process): a sample below its group's mean is pushed down only at the token where it departs from "
         "the above-mean sample it follows longest; its other tokens, often right copies of the request, leave the "
