@@ -9,8 +9,8 @@ import pytest
 
 from appliance.errors import ApplianceError
 from appliance.train import PRESETS, TrainConfig, check_reward_hacking, check_versions, grpo_options, pick_backend
-from appliance.train.callbacks import (declined, drop_zero_variance_groups, leave_decisions_out, negatives_at_divergence,
-                                       rename_metrics)
+from appliance.train.callbacks import (declined, drop_zero_variance_groups, leave_decisions_out,
+                                       negatives_at_divergence, rename_metrics)
 from appliance.train.config import field_help
 
 
