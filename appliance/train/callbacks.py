@@ -229,12 +229,12 @@ def negatives_at_divergence(output: dict[str, Any], group_size: int) -> float:
     group are contiguous here, before TRL shuffles the batch (one process).
     """
     import torch
+    from trl.data_utils import common_prefix_length
 
-    advantages, ids = output["advantages"], output["completion_ids"]
-    completion_mask = output["completion_mask"]
+    advantages, completion_mask = output["advantages"], output["completion_mask"]
     loss_mask = output.get("tool_mask")
     loss_mask = torch.ones_like(completion_mask) if loss_mask is None else loss_mask.clone()
-    lengths = completion_mask.sum(dim=1)
+    tokens = [row[:n].tolist() for row, n in zip(output["completion_ids"], completion_mask.sum(dim=1).tolist())]
     negative_tokens = kept = 0
     for start in range(0, advantages.numel(), group_size):
         rows = range(start, start + group_size)
@@ -243,19 +243,13 @@ def negatives_at_divergence(output: dict[str, Any], group_size: int) -> float:
             negative_tokens += int((completion_mask[r] * loss_mask[r]).sum())
             keep = torch.zeros_like(loss_mask[r])
             if above:
-                at = max(_shared_prefix(ids[r], ids[a], int(min(lengths[r], lengths[a]))) for a in above)
-                if at < int(lengths[r]):
+                at = max(common_prefix_length(tokens[r], tokens[a]) for a in above)
+                if at < len(tokens[r]):
                     keep[at] = 1
             loss_mask[r] = loss_mask[r] * keep
             kept += int((completion_mask[r] * loss_mask[r]).sum())
     output["tool_mask"] = loss_mask
     return kept / negative_tokens if negative_tokens else 0.0
-
-
-def _shared_prefix(a: Any, b: Any, limit: int) -> int:
-    """How many leading tokens two completions share (at most `limit`)."""
-    differs = (a[:limit] != b[:limit]).nonzero()
-    return int(differs[0]) if len(differs) else limit
 
 
 def leave_decisions_out(output: dict[str, Any], declined_rows: list[bool], rewards: list[float], group_size: int,
