@@ -153,8 +153,7 @@ class ApplianceGRPOMixin:
         mode = "train" if self.model.training else "eval"
         self._metrics[mode]["timing/generate_score_s"].append(elapsed)
         if self.appliance_keep_decisions and mode == "train":
-            if self.accelerator.num_processes > 1:  # a group's rows would span processes; not built
-                raise ApplianceError("keep_decisions runs in one process; leave it off with several.")
+            self._in_one_process("keep_decisions")
             rows = self.appliance_recorder.pending_rows()
             left_out = leave_decisions_out(output, [declined(row) for row in rows],
                                            [row.get("reward", 0.0) for row in rows], self.num_generations,
@@ -174,11 +173,15 @@ class ApplianceGRPOMixin:
             self._metrics[mode]["frac_groups_dropped"].append(dropped)
         # Last, so the loss's normaliser (num_items_in_batch, set above) still counts the tokens it leaves out.
         if self.appliance_negatives_at_divergence and mode == "train":
-            if self.accelerator.num_processes > 1:  # a group's rows would span processes; not built
-                raise ApplianceError("negatives_at_divergence runs in one process; leave it off with several.")
+            self._in_one_process("negatives_at_divergence")
             kept = negatives_at_divergence(output, self.num_generations)
             self._metrics[mode]["frac_negative_tokens_kept"].append(kept)
         return output
+
+    def _in_one_process(self, option: str) -> None:
+        """Options that read a group's rows together: with several processes a group would span them (not built)."""
+        if self.accelerator.num_processes > 1:
+            raise ApplianceError(f"{option} runs in one process; leave it off with several.")
 
 
 def drop_zero_variance_groups(output: dict[str, Any], group_size: int, gather: Callable = lambda t: t, *,
