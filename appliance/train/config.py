@@ -94,7 +94,8 @@ class TrainConfig:
     optimizer: str = field(default="adamw", metadata=_help(
         "adamw (the trainers' AdamW; the GPU backend's 8-bit AdamW) or sgd (plain SGD: each weight moves in "
         "proportion to its gradient, so weights the batch barely touches barely move). SGD's learning rate is "
-        "on another scale (about 1 where AdamW takes 5e-5) and must be given."))
+        "on another scale and must be given: at GRPO's gradient norms on the embedded model (0.1-0.3), lr 2 "
+        "moves the adapter as far a step as AdamW at 1.5e-4 to 5e-4."))
     batch_size: int = field(default=8, metadata=_help("SFT and DPO: examples (DPO: pairs) per optimizer step."))
     lora_r: int = field(default=16, metadata=_help("LoRA rank."))
     lora_alpha: int = field(default=32, metadata=_help("LoRA scaling numerator (effective scale alpha / r)."))
