@@ -237,6 +237,7 @@ _TRAIN_FLAGS = (  # (flag, TrainConfig field, type, the stages that take it; Non
     ("--keep-decisions", "keep_decisions", bool, ("grpo",)),
     ("--positive-only", "positive_only", bool, ("grpo",)),
     ("--negatives-at-divergence", "negatives_at_divergence", bool, ("grpo",)),
+    ("--negatives-without-copies", "negatives_without_copies", bool, ("grpo",)),
     ("--resample-flat-groups", "resample_flat_groups", int, ("grpo",)),
     ("--strict", "strict", bool, None),
     ("--sft-anchor", "sft_anchor", float, ("grpo",)), ("--sft-anchor-batch", "sft_anchor_batch", int, ("grpo",)),

@@ -121,6 +121,8 @@ CASES = {
     "grpo sgd without a rate": (["train", "grpo", "--optimizer", "sgd"], "--lr"),
     "grpo unknown optimizer": (["train", "grpo", "--optimizer", "lion"], "--optimizer"),
     "grpo both halves' options": (["train", "grpo", "--positive-only", "--negatives-at-divergence"], "choose one"),
+    "grpo two negative-half options": (["train", "grpo", "--negatives-at-divergence", "--negatives-without-copies"],
+                                       "choose one"),
     "grpo steps zero": (["train", "grpo", "--steps", "0"], "steps"),
     "grpo num-generations one": (["train", "grpo", "--num-generations", "1"], "num_generations"),
     "grpo num-generations negative": (["train", "grpo", "--num-generations", "-4"], "num_generations"),

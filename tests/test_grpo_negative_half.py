@@ -1,5 +1,5 @@
-"""GRPO's negative half, dropped (positive_only) or kept where a sample diverges (negatives_at_divergence), on the
-real GRPOTrainer with the tiny model."""
+"""GRPO's negative half, dropped (positive_only), kept where a sample diverges (negatives_at_divergence) or kept
+without its copies of the request (negatives_without_copies), on the real GRPOTrainer with the tiny model."""
 from __future__ import annotations
 
 from typing import Any
@@ -57,3 +57,26 @@ def test_below_mean_samples_keep_one_token_and_the_normaliser_stays(tiny_model_d
     for advantage, mask, before in rows:
         assert sum(mask) <= 1 if advantage < 0 else mask == before
     assert divergence["num_items"] == both["num_items"]
+
+
+def test_below_mean_samples_lose_the_tokens_marked_as_copies_of_their_own_request(tiny_model_dir, tmp_path,
+                                                                                  monkeypatch):
+    from appliance.train import copies
+
+    asked: list[str] = []
+
+    def first_token_is_a_copy(decode, ids, request):  # the random model copies nothing: mark one token a row
+        assert isinstance(decode(ids), str)
+        asked.append(request)
+        return [position == 0 for position in range(len(ids))]
+
+    both = _one_generation_step(tiny_model_dir, tmp_path, monkeypatch)
+    monkeypatch.setattr(copies, "copied_tokens", first_token_is_a_copy)
+    without = _one_generation_step(tiny_model_dir, tmp_path, monkeypatch, negatives_without_copies=True)
+    assert without["advantages"] == both["advantages"]  # the same seed samples the same answers
+    rows = list(zip(without["advantages"], without["loss_mask"], both["loss_mask"]))
+    assert len(asked) == sum(advantage < 0 for advantage, _, _ in rows) > 0
+    assert set(asked) <= {f"Email {name} about the budget." for name in ["Carlos", "Nadia", "Sam", "Ana"]}
+    for advantage, mask, before in rows:
+        assert mask == ([0] + before[1:] if advantage < 0 else before)
+    assert without["num_items"] == both["num_items"]

@@ -32,7 +32,7 @@ class Backend(Protocol):
     # Optional (read with getattr): `supports_guidance` (make_grpo_trainer accepts a `guide`, an
     # appliance.train.rollout.Guide, for guide_failed_groups; grpo.py), `supports_resampling` (it accepts a
     # `refill`, an appliance.train.rollout.FlatGroupRefill, for resample_flat_groups), `supports_sft_anchor` and
-    # `supports_keep_decisions` (its GRPO loss is TRL's, which our trainer mixin extends), `supports_decision_weight`
+    # `supports_loss_masks` (its GRPO loss is TRL's, which our trainer mixin extends), `supports_decision_weight`
     # (its SFT loss is TRL's fused-head one, which appliance.train.sft.DecisionWeightedLoss scales), `kl_reference`
     # ("start": with beta > 0 the KL term is against the starting adapter, TRL's rule; "base": against the base model),
     # `settings_in_force(config)` (settings the backend replaces, as the run gets them) and

@@ -8,8 +8,9 @@
 
 `ApplianceGRPOMixin` goes first in the GRPOTrainer's MRO: it times generation
 + scoring, hands TRL's advantages to the recorder, (keep_decisions) takes the
-act-or-decline choice out of the loss, (dapo preset) drops zero-variance
-groups from the loss (see presets.py), and logs how many flat groups dynamic
+act-or-decline choice out of the loss, (positive_only, negatives_at_divergence,
+negatives_without_copies) sets what GRPO's negative half trains, (dapo preset)
+drops zero-variance groups from the loss (see presets.py), and logs how many flat groups dynamic
 sampling refilled (`groups_refilled`, resample_flat_groups).
 """
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any, Callable
 from ..errors import ApplianceError
 from ..events import StepMetrics
 from .alarms import check_no_learning_signal
+from .copies import negatives_without_copies
 
 # TRL log key -> our metric name (StepMetrics.metrics); keys not listed pass through unchanged.
 METRIC_NAMES = {
@@ -135,6 +137,7 @@ class ApplianceGRPOMixin:
     appliance_keep_decisions: bool = False  # TrainConfig.keep_decisions
     appliance_positive_only: bool = False  # TrainConfig.positive_only
     appliance_negatives_at_divergence: bool = False  # TrainConfig.negatives_at_divergence
+    appliance_request_of: Callable[[str], str] | None = None  # task id -> its request (negatives_without_copies)
     appliance_scale_rewards: str = "group"  # the scaling in force (keep_decisions recomputes advantages with it)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
@@ -152,9 +155,9 @@ class ApplianceGRPOMixin:
         elapsed = time.perf_counter() - started
         mode = "train" if self.model.training else "eval"
         self._metrics[mode]["timing/generate_score_s"].append(elapsed)
+        rows = self.appliance_recorder.pending_rows() if self.appliance_recorder is not None else []
         if self.appliance_keep_decisions and mode == "train":
             self._in_one_process("keep_decisions")
-            rows = self.appliance_recorder.pending_rows()
             left_out = leave_decisions_out(output, [declined(row) for row in rows],
                                            [row.get("reward", 0.0) for row in rows], self.num_generations,
                                            self.appliance_scale_rewards)
@@ -175,6 +178,11 @@ class ApplianceGRPOMixin:
         if self.appliance_negatives_at_divergence and mode == "train":
             self._in_one_process("negatives_at_divergence")
             kept = negatives_at_divergence(output, self.num_generations)
+            self._metrics[mode]["frac_negative_tokens_kept"].append(kept)
+        if self.appliance_request_of is not None and mode == "train":
+            self._in_one_process("negatives_without_copies")
+            requests = [self.appliance_request_of(str(row.get("task_id", ""))) for row in rows]
+            kept = negatives_without_copies(output, self.processing_class.decode, requests)
             self._metrics[mode]["frac_negative_tokens_kept"].append(kept)
         return output
 

@@ -172,6 +172,12 @@ class TrainConfig:
         "the above-mean sample it follows longest; its other tokens, often right copies of the request, leave the "
         "loss, and a group with no above-mean sample gives no negative signal. The loss's normaliser is "
         "unchanged. Not with positive_only, which drops the negative half whole."))
+    # Off by default: opt-in, measured in docs/learning.md (session 41, H64).
+    negatives_without_copies: bool = field(default=False, metadata=_help(
+        "GRPO (one process, single-turn packs): a sample below its group's mean is not pushed down on the "
+        "argument values it copies from the request (a run of 3 or more characters the request holds), only on "
+        "the rest: the decision, the tool, the field names and values it did not copy (appliance.train.copies). "
+        "The loss's normaliser is unchanged. Not with positive_only or negatives_at_divergence."))
     # Off by default: on dev (session 30, docs/learning.md) it turned the recipient refusals it covers into
     # declines but cost more elsewhere (67 -> 59 of 120, unsafe 1 -> 7).
     policy_checks: bool = field(default=False, metadata=_help(
@@ -300,9 +306,11 @@ class TrainConfig:
                                  f"{DEFAULT_LEARNING_RATE[self.stage]:g}, not {self.learning_rate!r}.")
         if self.optimizer not in OPTIMIZERS:
             raise ApplianceError(f"Unknown optimizer {self.optimizer!r}; choose one of {', '.join(OPTIMIZERS)}.")
-        if self.positive_only and self.negatives_at_divergence:
-            raise ApplianceError("positive_only drops the negative half that negatives_at_divergence keeps at one "
-                                 "token a sample; choose one.")
+        negative_half = [name for name in ("positive_only", "negatives_at_divergence", "negatives_without_copies")
+                         if getattr(self, name)]
+        if len(negative_half) > 1:
+            raise ApplianceError(f"{' and '.join(negative_half)} each set GRPO's negative half their own way; "
+                                 f"choose one.")
         if self.optimizer == "sgd" and self.learning_rate is None:
             raise ApplianceError("optimizer sgd needs a learning rate (--lr): its scale is not AdamW's, so the "
                                  "stage's default does not apply.")

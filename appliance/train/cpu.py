@@ -102,7 +102,7 @@ class CpuBackend:
     supports_resampling = True  # make_grpo_trainer takes `refill` (resample_flat_groups)
     supports_sft_anchor = True  # ApplianceGRPOMixin.compute_loss adds it to TRL's loss (anchor.py)
     supports_decision_weight = True  # its SFT loss is TRL's fused-head one (appliance.train.sft.DecisionWeightedLoss)
-    supports_keep_decisions = True  # ApplianceGRPOMixin masks TRL's loss (callbacks.leave_decisions_out)
+    supports_loss_masks = True  # ApplianceGRPOMixin masks TRL's loss (keep_decisions, the negative-half options)
     kl_reference = "start"  # TRL keeps a frozen copy of init_adapter as the KL reference
 
     def __init__(self, config: TrainConfig | None = None) -> None:

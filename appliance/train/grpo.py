@@ -108,11 +108,19 @@ _OPTIONS_OF_OUR_TRAINER = (
     ("guide_failed_groups", "supports_guidance",
      "whose expected calls are not a whole answer to stand in for a sample", " (its sampler is vLLM's)"),
     ("sft_anchor", "supports_sft_anchor", None, " (it compiles its own GRPO loss)"),
-    ("keep_decisions", "supports_keep_decisions",
+    ("keep_decisions", "supports_loss_masks",
      "where an answer's first token is not the whole act-or-decline choice", " (it compiles its own GRPO loss)"),
+    ("negatives_at_divergence", "supports_loss_masks", None, " (it compiles its own GRPO loss)"),
+    ("negatives_without_copies", "supports_loss_masks",
+     "whose completions interleave tool outputs with calls", " (it compiles its own GRPO loss)"),
     ("resample_flat_groups", "supports_resampling",
      "whose groups are whole episodes, sampled turn by turn", " (its sampler is vLLM's)"),
 )
+
+
+def messages_text(task: Any) -> str:
+    """Every message of a task's prompt, one after another: what a sampled answer can copy from."""
+    return "\n".join(str(message.get("content", "")) for message in task.messages)
 
 
 def refuse_unsupported_options(run: Any) -> None:
@@ -201,6 +209,8 @@ def run_grpo(config: TrainConfig, *, sink: EventSink = null_sink,
     trainer.appliance_keep_decisions = run.config.keep_decisions
     trainer.appliance_positive_only = run.config.positive_only
     trainer.appliance_negatives_at_divergence = run.config.negatives_at_divergence
+    if run.config.negatives_without_copies:
+        trainer.appliance_request_of = lambda task_id: messages_text(run.pack.task(task_id))
     trainer.appliance_scale_rewards = args["scale_rewards"]
     train_with_guard(run, trainer)
     return finish_run(run, started)
