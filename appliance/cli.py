@@ -238,6 +238,7 @@ _TRAIN_FLAGS = (  # (flag, TrainConfig field, type, the stages that take it; Non
     ("--positive-only", "positive_only", bool, ("grpo",)),
     ("--negatives-at-divergence", "negatives_at_divergence", bool, ("grpo",)),
     ("--negatives-without-copies", "negatives_without_copies", bool, ("grpo",)),
+    ("--shared-prefixes-once", "shared_prefixes_once", bool, ("grpo",)),
     ("--resample-flat-groups", "resample_flat_groups", int, ("grpo",)),
     ("--strict", "strict", bool, None),
     ("--sft-anchor", "sft_anchor", float, ("grpo",)), ("--sft-anchor-batch", "sft_anchor_batch", int, ("grpo",)),

@@ -5,8 +5,8 @@ import pytest
 
 from appliance.errors import ApplianceError
 from appliance.train.config import TrainConfig
-from appliance.train.copies import (argument_value_chars, copied_chars, copied_tokens, negatives_without_copies,
-                                    token_char_spans)
+from appliance.train.copies import argument_value_chars, copied_chars, copied_tokens, token_char_spans
+from appliance.train.loss_masks import negatives_without_copies
 
 
 def _marked(text: str, flags: list[bool]) -> str:

@@ -9,8 +9,9 @@ import pytest
 
 from appliance.errors import ApplianceError
 from appliance.train import PRESETS, TrainConfig, check_reward_hacking, check_versions, grpo_options, pick_backend
-from appliance.train.callbacks import (declined, drop_zero_variance_groups, leave_decisions_out,
-                                       negatives_at_divergence, rename_metrics)
+from appliance.train.callbacks import declined, rename_metrics
+from appliance.train.loss_masks import (drop_zero_variance_groups, leave_decisions_out, negatives_at_divergence,
+                                        shared_prefixes_once)
 from appliance.train.config import field_help
 
 
@@ -102,6 +103,26 @@ def test_a_below_mean_sample_keeps_only_the_token_where_it_leaves_its_closest_ab
     assert kept == pytest.approx(3 / (5 + 3 + 5 + 5 + 4))
     assert output["advantages"].tolist() == [1.5, -0.5, -0.5, -0.5, 0.0, -0.5, -0.5, 0.0]  # only the mask moves
     assert int(output["num_items_in_batch"]) == int(mask.sum())  # the normaliser is left as it was
+
+
+# ---------------------------------------------------------------- shared_prefixes_once
+
+def test_a_prefix_the_above_mean_samples_share_is_reinforced_once_and_their_own_tokens_in_full():
+    import torch
+
+    eos, pad = 2, 0
+    # Above the mean: one decline twice (tokens 7 8), two calls that part at their third token; below: one row.
+    ids = torch.tensor([[7, 8, eos, pad], [7, 8, eos, pad], [4, 5, 10, eos], [4, 5, 11, eos], [4, 9, 9, eos]])
+    mask = (torch.arange(4) < torch.tensor([3, 3, 4, 4, 4])[:, None]).long()
+    output = {"advantages": torch.tensor([0.5, 0.5, 1.0, 0.2, -1.0]), "completion_ids": ids,
+              "completion_mask": mask, "num_items_in_batch": mask.sum()}
+    mean_weight = shared_prefixes_once(output)
+    weights = (output["tool_mask"] * mask).tolist()
+    assert weights[:2] == [[0.5, 0.5, 0.5, 0.0]] * 2
+    assert weights[2:4] == [[0.5, 0.5, 1.0, 1.0]] * 2
+    assert weights[4] == [1.0, 1.0, 1.0, 1.0]  # below the mean: as it was
+    assert mean_weight == pytest.approx((6 * 0.5 + 4 * 0.5 + 4 * 1.0) / 14)
+    assert int(output["num_items_in_batch"]) == int(mask.sum())
 
 
 def test_positive_only_and_negatives_at_divergence_are_refused_together():

@@ -178,6 +178,12 @@ class TrainConfig:
         "argument values it copies from the request (a run of 3 or more characters the request holds), only on "
         "the rest: the decision, the tool, the field names and values it did not copy (appliance.train.copies). "
         "The loss's normaliser is unchanged. Not with positive_only or negatives_at_divergence."))
+    # Off by default: opt-in, measured in docs/learning.md (session 41, H65).
+    shared_prefixes_once: bool = field(default=False, metadata=_help(
+        "GRPO (one process): each token of a sample above its group's mean is weighted 1/k, k the step's "
+        "above-mean samples that share it and everything before it, so a string many of them share (a decline, "
+        "a call's opening, a tool's name) is reinforced once a step, not once a sample; the tokens where a "
+        "sample is its own keep their full weight. Below-mean samples and the loss's normaliser are unchanged."))
     # Off by default: on dev (session 30, docs/learning.md) it turned the recipient refusals it covers into
     # declines but cost more elsewhere (67 -> 59 of 120, unsafe 1 -> 7).
     policy_checks: bool = field(default=False, metadata=_help(

@@ -90,26 +90,3 @@ def copied_tokens(decode: Callable[[list[int]], str], ids: list[int], request: s
     text = decode(ids)
     copied = copied_chars(text, request)
     return [any(copied[start:end]) for start, end in token_char_spans(decode, ids)]
-
-
-def negatives_without_copies(output: dict[str, Any], decode: Callable[[list[int]], str],
-                             requests: list[str]) -> float:
-    """Take the tokens a below-mean sample copies from its request out of GRPO's loss; return the share of
-    below-mean samples' tokens left in it. `requests[i]` is row i's request; the loss's normaliser is unchanged.
-    """
-    import torch
-
-    advantages, completion_mask = output["advantages"], output["completion_mask"]
-    loss_mask = output.get("tool_mask")
-    loss_mask = torch.ones_like(completion_mask) if loss_mask is None else loss_mask.clone()
-    negative_tokens = kept = 0
-    for row in (r for r in range(advantages.numel()) if advantages[r] < 0):
-        length = int(completion_mask[row].sum())
-        negative_tokens += int((completion_mask[row] * loss_mask[row]).sum())
-        copies = copied_tokens(decode, output["completion_ids"][row][:length].tolist(), requests[row])
-        for position, copy in enumerate(copies):
-            if copy:
-                loss_mask[row, position] = 0
-        kept += int((completion_mask[row] * loss_mask[row]).sum())
-    output["tool_mask"] = loss_mask
-    return kept / negative_tokens if negative_tokens else 0.0

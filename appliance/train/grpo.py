@@ -113,6 +113,7 @@ _OPTIONS_OF_OUR_TRAINER = (
     ("negatives_at_divergence", "supports_loss_masks", None, " (it compiles its own GRPO loss)"),
     ("negatives_without_copies", "supports_loss_masks",
      "whose completions interleave tool outputs with calls", " (it compiles its own GRPO loss)"),
+    ("shared_prefixes_once", "supports_loss_masks", None, " (it compiles its own GRPO loss)"),
     ("resample_flat_groups", "supports_resampling",
      "whose groups are whole episodes, sampled turn by turn", " (its sampler is vLLM's)"),
 )
@@ -209,6 +210,7 @@ def run_grpo(config: TrainConfig, *, sink: EventSink = null_sink,
     trainer.appliance_keep_decisions = run.config.keep_decisions
     trainer.appliance_positive_only = run.config.positive_only
     trainer.appliance_negatives_at_divergence = run.config.negatives_at_divergence
+    trainer.appliance_shared_prefixes_once = run.config.shared_prefixes_once
     if run.config.negatives_without_copies:
         trainer.appliance_request_of = lambda task_id: messages_text(run.pack.task(task_id))
     trainer.appliance_scale_rewards = args["scale_rewards"]
