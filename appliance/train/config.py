@@ -171,14 +171,16 @@ class TrainConfig:
         "GRPO (one process): a sample below its group's mean is pushed down only at the token where it departs from "
         "the above-mean sample it follows longest; its other tokens, often right copies of the request, leave the "
         "loss, and a group with no above-mean sample gives no negative signal. The loss's normaliser is "
-        "unchanged. Not with positive_only, which drops the negative half whole."))
-    # Off by default: opt-in, measured in docs/learning.md (session 41, H64).
+        "unchanged. Not with positive_only, which drops the negative half whole, or negatives_without_copies."))
+    # Off by default (docs/learning.md, session 41, H64): with SGD at lr 2 from the two-pass SFT start the copies held
+    # and the push broke field names and tools instead (dev 90 -> 67 of 120).
     negatives_without_copies: bool = field(default=False, metadata=_help(
         "GRPO (one process, single-turn packs): a sample below its group's mean is not pushed down on the "
         "argument values it copies from the request (a run of 3 or more characters the request holds), only on "
         "the rest: the decision, the tool, the field names and values it did not copy (appliance.train.copies). "
         "The loss's normaliser is unchanged. Not with positive_only or negatives_at_divergence."))
-    # Off by default: opt-in, measured in docs/learning.md (session 41, H65).
+    # Off by default (docs/learning.md, session 41, H65): with --positive-only and SGD at lr 8 from the two-pass SFT
+    # start every call came to repeat its arguments and never close (dev 90 -> 25 of 120; H60 without it: declines).
     shared_prefixes_once: bool = field(default=False, metadata=_help(
         "GRPO (one process): each token of a sample above its group's mean is weighted 1/k, k the step's "
         "above-mean samples that share it and everything before it, so a string many of them share (a decline, "
