@@ -1,10 +1,11 @@
 """What GRPO's loss trains of each sample, set on the batch TRL scores before its loss.
 
 Each function takes TRL's output dict of `_generate_and_score_completions` (rows of a group contiguous, before
-TRL shuffles the batch; all but `drop_zero_variance_groups` read one process's batch as the whole) and changes the advantages or TRL's loss-only `tool_mask`, a per-token
-factor the loss multiplies in (attention is untouched). The loss's normaliser, `num_items_in_batch`, is reset
-only where a function says so; otherwise the tokens a mask leaves out still count in it, so the step is the full
-gradient less what was left out. `ApplianceGRPOMixin` (callbacks.py) calls them, each for its TrainConfig field.
+TRL shuffles the batch; all but `drop_zero_variance_groups` read one process's batch as the whole) and changes
+the advantages or TRL's loss-only `tool_mask`, a per-token factor the loss multiplies in (attention is
+untouched). The loss's normaliser, `num_items_in_batch`, is reset only where a function says so; otherwise the
+tokens a mask leaves out still count in it, so the step is the full gradient less what was left out.
+`ApplianceGRPOMixin` (callbacks.py) calls them, each for its TrainConfig field.
 """
 from __future__ import annotations
 
