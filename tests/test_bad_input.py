@@ -123,6 +123,8 @@ CASES = {
     "grpo both halves' options": (["train", "grpo", "--positive-only", "--negatives-at-divergence"], "choose one"),
     "grpo two negative-half options": (["train", "grpo", "--negatives-at-divergence", "--negatives-without-copies"],
                                        "choose one"),
+    "grpo token weights under a per-answer loss": (["train", "grpo", "--preset", "gspo", "--shared-prefixes-once"],
+                                                    "choose preset dapo or dr_grpo"),
     "grpo steps zero": (["train", "grpo", "--steps", "0"], "steps"),
     "grpo num-generations one": (["train", "grpo", "--num-generations", "1"], "num_generations"),
     "grpo num-generations negative": (["train", "grpo", "--num-generations", "-4"], "num_generations"),

@@ -48,6 +48,13 @@ def test_token_spans_follow_the_decoded_prefixes():
     assert _marked(text, flags) == "_" * 21 + "abc" + "_" * 3
 
 
+def test_every_byte_token_of_a_copied_character_is_a_copy():
+    text = '{"arguments": {"city": "Orléans"}}'
+    ids = list(text.encode("utf-8"))  # one token a byte: "é" is two, the first decoded alone as U+FFFD
+    flags = copied_tokens(lambda ids: bytes(ids).decode("utf-8", errors="replace"), ids, "fly to Orléans")
+    assert bytes(i for i, flag in zip(ids, flags) if flag).decode("utf-8") == "Orléans"
+
+
 def test_below_mean_samples_lose_their_copied_tokens_only():
     import torch
 

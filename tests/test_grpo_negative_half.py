@@ -20,6 +20,7 @@ def _one_generation_step(tiny_model_dir, tmp_path, monkeypatch, **changes) -> di
     def one_generation_step(run: Any, trainer: Any) -> None:  # in place of trainer.train()
         trainer.model.train()
         batch = next(iter(trainer.get_train_dataloader()))
+        seen["task_ids"] = [row["task_id"] for row in batch]  # the output's rows, in order
         output = trainer._generate_and_score_completions(batch)
         seen["advantages"] = output["advantages"].tolist()
         seen["loss_mask"] = (output["completion_mask"] * output.get("tool_mask", 1)).tolist()
@@ -31,7 +32,7 @@ def _one_generation_step(tiny_model_dir, tmp_path, monkeypatch, **changes) -> di
     monkeypatch.setattr(grpo_module, "train_with_guard", one_generation_step)
     folder = tmp_path / ("-".join(changes) or "both")
     settings = dict(model=str(tiny_model_dir), pack=str(write_mini_pack(folder / "mini")), backend="cpu",
-                    preset="grpo", beta=0.0, steps=1, lora_r=4, lora_alpha=8, num_generations=4, prompts_per_step=2,
+                    preset="dr_grpo", beta=0.0, steps=1, lora_r=4, lora_alpha=8, num_generations=4, prompts_per_step=2,
                     max_completion_tokens=12, temperature=1.0, eval_every=1, max_seq_length=256, precision="fp32",
                     output=str(folder / "checkpoints"), workspace=str(folder / "runs"), seed=3)
     config = TrainConfig(**{**settings, **changes})
@@ -66,22 +67,23 @@ def test_below_mean_samples_lose_the_tokens_marked_as_copies_of_their_own_reques
                                                                                   monkeypatch):
     from appliance.train import loss_masks
 
-    asked: list[str] = []
+    asked: list[tuple[list[int], str]] = []
 
     def first_token_is_a_copy(decode, ids, request):  # the random model copies nothing: mark one token a row
         assert isinstance(decode(ids), str)
-        asked.append(request)
+        asked.append((list(ids), request))
         return [position == 0 for position in range(len(ids))]
 
     both = _one_generation_step(tiny_model_dir, tmp_path, monkeypatch)
     monkeypatch.setattr(loss_masks, "copied_tokens", first_token_is_a_copy)
     without = _one_generation_step(tiny_model_dir, tmp_path, monkeypatch, negatives_without_copies=True)
     assert without["advantages"] == both["advantages"]  # the same seed samples the same answers
-    rows = list(zip(without["advantages"], without["loss_mask"], both["loss_mask"]))
-    assert len(asked) == sum(advantage < 0 for advantage, _, _ in rows) > 0
-    assert set(asked) <= {f"Email {name} about the budget." for name in ["Carlos", "Nadia", "Sam", "Ana"]}
-    for advantage, mask, before in rows:
-        assert mask == ([0] + before[1:] if advantage < 0 else before)
+    below = [r for r, advantage in enumerate(without["advantages"]) if advantage < 0]
+    assert len(below) > 0
+    requests = {f"m{i}": f"Email {name} about the budget." for i, name in enumerate(["Carlos", "Nadia", "Sam", "Ana"])}
+    assert asked == [(without["completions"][r], requests[without["task_ids"][r]]) for r in below]
+    for r, (mask, before) in enumerate(zip(without["loss_mask"], both["loss_mask"])):
+        assert mask == ([0] + before[1:] if r in below else before)
     assert without["num_items"] == both["num_items"]
 
 

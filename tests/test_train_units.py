@@ -422,6 +422,7 @@ def test_keep_decisions_refill_scores_a_decline_as_left_out():
                                                 ("keep_decisions", "supports_loss_masks"),
                                                 ("negatives_at_divergence", "supports_loss_masks"),
                                                 ("negatives_without_copies", "supports_loss_masks"),
+                                                ("shared_prefixes_once", "supports_loss_masks"),
                                                 ("resample_flat_groups", "supports_resampling")])
 def test_an_option_of_our_trainer_is_refused_on_a_backend_that_cannot_take_it(option, capability):
     from types import SimpleNamespace

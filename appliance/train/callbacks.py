@@ -190,6 +190,9 @@ class ApplianceGRPOMixin:
             self._metrics["train"]["frac_negative_tokens_kept"].append(kept)
         if self.appliance_request_of is not None:
             self._in_one_process("negatives_without_copies")
+            if len(rows) != output["advantages"].numel():
+                raise ApplianceError(f"negatives_without_copies needs each sample's task: the recorder holds "
+                                     f"{len(rows)} rows for {output['advantages'].numel()} samples.")
             requests = [self.appliance_request_of(str(row.get("task_id", ""))) for row in rows]
             kept = negatives_without_copies(output, self.processing_class.decode, requests)
             self._metrics["train"]["frac_negative_tokens_kept"].append(kept)

@@ -51,6 +51,9 @@ STAGES = ("sft", "grpo", "dpo")
 TASK_SELECTIONS = ("all", "uncertain", "uncertain_by_template")
 REWARD_SCALINGS = ("group", "batch", "none")  # TRL's GRPOConfig.scale_rewards
 OPTIMIZERS = ("adamw", "sgd")
+# GRPO options that weigh a sample's tokens in the loss (loss_masks.py): each token against the step's token count,
+# so they mean what they say only where the loss divides by that count (dapo, dr_grpo), not by each answer's length.
+TOKEN_WEIGHTING_OPTIONS = ("negatives_at_divergence", "negatives_without_copies", "shared_prefixes_once")
 ALL_LINEAR = "all-linear"
 # What `all-linear` means for the Llama/Qwen-style decoders we train, where an explicit list is needed.
 ALL_LINEAR_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -319,6 +322,10 @@ class TrainConfig:
         if len(negative_half) > 1:
             raise ApplianceError(f"{' and '.join(negative_half)} each set GRPO's negative half their own way; "
                                  f"choose one.")
+        token_weighting = [name for name in TOKEN_WEIGHTING_OPTIONS if getattr(self, name)]
+        if token_weighting and PRESETS[self.preset]["loss_type"] == "grpo":
+            raise ApplianceError(f"{token_weighting[0]} weighs tokens against the step's token count, which preset "
+                                 f"{self.preset}'s per-answer average does not use; choose preset dapo or dr_grpo.")
         if self.optimizer == "sgd" and self.learning_rate is None:
             raise ApplianceError("optimizer sgd needs a learning rate (--lr): its scale is not AdamW's, so the "
                                  "stage's default does not apply.")

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-MIN_COPY_CHARS = 3  # ":30" of a moved hour is a copy, its "14" is not; a single shared letter is chance
+MIN_COPY_CHARS = 3  # of "14:30" for a request's "13:30", ":30" is a copy and "4" is not; one shared letter is chance
+REPLACEMENT_CHARACTER = "\ufffd"  # what a decoder writes for a character whose bytes are not all there yet
 
 
 def argument_value_chars(text: str) -> list[bool]:
@@ -75,13 +76,14 @@ def copied_chars(text: str, request: str, min_chars: int = MIN_COPY_CHARS) -> li
 
 
 def token_char_spans(decode: Callable[[list[int]], str], ids: list[int]) -> list[tuple[int, int]]:
-    """Each token's [start, end) in decode(ids), by decoding growing prefixes (a byte-level token may hold part
-    of a character, so tokens are not decoded alone)."""
-    spans, before = [], 0
+    """Each token's [start, end) in decode(ids), by decoding growing prefixes. A byte-level token may hold part
+    of a character (decoded as U+FFFD until the character is whole); every token of such a character covers it.
+    """
+    spans, whole_before = [], 0  # characters decoded whole by the tokens before this one
     for n in range(1, len(ids) + 1):
-        after = len(decode(ids[:n]))
-        spans.append((before, max(before, after)))
-        before = max(before, after)
+        text = decode(ids[:n])
+        spans.append((whole_before, max(whole_before, len(text))))
+        whole_before = max(whole_before, len(text.rstrip(REPLACEMENT_CHARACTER)))
     return spans
 
 

@@ -133,7 +133,7 @@ def flat_group_refill_for(run: Any, rows: list[dict[str, Any]], reward_funcs: li
                           reward_weights: list[float] | None, verify: Callable[..., Any]) -> FlatGroupRefill | None:
     """Dynamic sampling over the GRPO pool `rows`, scored by the run's reward (not recorded), or None when off.
 
-    Under keep_decisions a decline leaves the loss (callbacks.leave_decisions_out), so it scores None here:
+    Under keep_decisions a decline leaves the loss (loss_masks.leave_decisions_out), so it scores None here:
     a group is flat unless two of its calls differ."""
     if not run.config.resample_flat_groups:
         return None

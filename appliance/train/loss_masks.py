@@ -110,6 +110,7 @@ def leave_decisions_out(output: dict[str, Any], declined_rows: list[bool], rewar
     recomputed among its attempted calls only (centred on their mean, divided as `scale_rewards` says, as TRL
     does), so a wrong call is never rewarded for beating a decline. A group with fewer than two attempted
     calls teaches nothing. Rows of a group are contiguous here, before TRL shuffles the batch (one process).
+    The loss's normaliser is reset to the tokens left in, as the zero-variance filter does.
     """
     import torch
 
@@ -137,7 +138,8 @@ def leave_decisions_out(output: dict[str, Any], declined_rows: list[bool], rewar
 
 def shared_prefixes_once(output: dict[str, Any]) -> float:
     """Weight each token of an above-mean sample by 1/k, k the above-mean samples of the step whose completions
-    share it and everything before it; return the mean weight over those tokens (TrainConfig.shared_prefixes_once).
+    share it and everything before it; return the mean weight over those still in the loss
+    (TrainConfig.shared_prefixes_once).
 
     Session 40 measured GRPO's positive half collapsing onto what its reinforcements share once its step could
     move held-out answers (docs/learning.md, H60, H61): 11 of the 16 samples its first steps trained were one
@@ -160,6 +162,8 @@ def shared_prefixes_once(output: dict[str, Any]) -> float:
     weights = []
     for r in above:
         for position in range(len(tokens[r])):
+            if loss_mask[r, position] == 0:  # already out of the loss (keep_decisions' first token)
+                continue
             weight = 1.0 / sharing[tokens[r][:position + 1]]
             loss_mask[r, position] = loss_mask[r, position] * weight
             weights.append(weight)
