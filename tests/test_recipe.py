@@ -56,6 +56,21 @@ def test_export_refuses_a_batch_that_does_not_split(tiny_model_dir, tmp_path):
         export_recipe(tmp_path / "nothing", tmp_path / "out")
 
 
+@pytest.mark.parametrize("option, value", [("keep_decisions", True), ("positive_only", True), ("sft_anchor", 0.5),
+                                           ("shared_prefixes_once", True), ("resample_flat_groups", 2)])
+def test_export_and_script_refuse_an_option_the_recipe_would_drop(tiny_model_dir, tmp_path, option, value):
+    from appliance.recipe.train_grpo import main
+
+    config = dataclasses.replace(small_config(tiny_model_dir, tmp_path), **{option: value})
+    config.save(tmp_path / "config.json")
+    with pytest.raises(ApplianceError, match=f"does not carry {option}"):
+        export_recipe(tmp_path / "config.json", tmp_path / "out", gpus=5)
+    assert not (tmp_path / "out").exists()  # nothing written
+    with pytest.raises(SystemExit, match=f"does not carry {option}"):  # a config.json edited after the export
+        main(["--config", str(tmp_path / "config.json"), "--no-vllm"])
+    assert not (tmp_path / "runs").exists()  # refused before the store or the model
+
+
 def test_script_sets_real_grpo_config_fields():
     """The vLLM server options are spelled as the installed TRL's GRPOConfig spells them."""
     from trl import GRPOConfig

@@ -13,7 +13,7 @@ package, so the machine that runs it needs `pip install rl-appliance` plus
 from __future__ import annotations
 
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from ..errors import ApplianceError
@@ -66,6 +66,22 @@ def load_source_config(source: str | Path, workspace: str | Path = "runs") -> Tr
                          f"{workspace}/ (appliance runs lists them).")
 
 
+# GRPO options the single-GPU run's trainer code implements (appliance.train.grpo.run_grpo sets them on its
+# trainer) and the recipe's script does not: a run that used one cannot be repeated by it.
+OPTIONS_NOT_CARRIED = ("keep_decisions", "positive_only", "negatives_at_divergence", "negatives_without_copies",
+                       "shared_prefixes_once", "sft_anchor", "guide_failed_groups", "resample_flat_groups")
+
+
+def refuse_options_not_carried(config: TrainConfig) -> None:
+    """One sentence, before anything is written or loaded, for a run whose options the recipe would drop."""
+    defaults = {f.name: f.default for f in fields(TrainConfig)}
+    used = [name for name in OPTIONS_NOT_CARRIED if getattr(config, name) != defaults[name]]
+    if used:
+        raise ApplianceError(f"The multi-GPU recipe does not carry {', '.join(used)} (the single-GPU trainer's "
+                             f"own code); set {'it' if len(used) == 1 else 'them'} back to the default in the "
+                             f"config or run `appliance train grpo` on one GPU.")
+
+
 def model_location(spec: str) -> str:
     """What vllm-serve and the script load: a hub id or a directory (the embedded model's converted copy)."""
     from ..models import resolve_model
@@ -81,6 +97,7 @@ def export_recipe(source: str | Path, out_dir: str | Path, *, workspace: str | P
     if not 1 <= vllm_gpus < gpus:
         raise ApplianceError(f"--vllm-gpus must leave at least one of the {gpus} GPUs for training, not {vllm_gpus}.")
     config = load_source_config(source, workspace)
+    refuse_options_not_carried(config)
     recipe = Recipe(Path(out_dir), config, model or model_location(config.model), strategy, gpus, vllm_gpus)
     batch = config.prompts_per_step * config.num_generations
     if batch % recipe.train_processes:

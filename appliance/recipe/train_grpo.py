@@ -16,8 +16,9 @@ the appliance's own, imported unchanged; only the launch differs from
   logs its rows to <workspace>/<run_id>/rollouts-rank<N>.jsonl.
 
 Not carried over from the single-GPU run: uncertainty screening of the tasks
-(every task of the split is a candidate), held-out evals at checkpoints, and
-multi-turn packs.
+(every task of the split is a candidate), held-out evals at checkpoints,
+multi-turn packs, and the options of the single-GPU trainer's own code
+(export.OPTIONS_NOT_CARRIED: refused, by the export and by this script).
 """
 from __future__ import annotations
 
@@ -69,8 +70,10 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
+    from appliance.errors import ApplianceError
     from appliance.models import load_model
     from appliance.packs import load_pack
+    from appliance.recipe.export import refuse_options_not_carried
     from appliance.store import Workspace
     from appliance.train.backends import RenderedPromptIds
     from appliance.train.callbacks import ApplianceGRPOMixin
@@ -85,6 +88,10 @@ def main(argv: list[str] | None = None) -> int:
     config = TrainConfig.load(args.config)
     config = dataclasses.replace(config, stage="grpo", steps=args.steps or config.steps,
                                  workspace=args.workspace or config.workspace)
+    try:
+        refuse_options_not_carried(config)  # a config.json edited after the export
+    except ApplianceError as err:
+        raise SystemExit(f"error: {err}") from None
     pack = load_pack(config.pack)
     if is_multi_turn(pack):
         raise SystemExit(f"error: pack {pack.name} is multi-turn; the recipe trains single-turn packs only.")
