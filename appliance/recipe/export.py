@@ -13,7 +13,7 @@ package, so the machine that runs it needs `pip install rl-appliance` plus
 from __future__ import annotations
 
 import shutil
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ApplianceError
@@ -66,16 +66,12 @@ def load_source_config(source: str | Path, workspace: str | Path = "runs") -> Tr
                          f"{workspace}/ (appliance runs lists them).")
 
 
-# GRPO options the single-GPU run's trainer code implements (appliance.train.grpo.run_grpo sets them on its
-# trainer) and the recipe's script does not: a run that used one cannot be repeated by it.
-OPTIONS_NOT_CARRIED = ("keep_decisions", "positive_only", "negatives_at_divergence", "negatives_without_copies",
-                       "shared_prefixes_once", "sft_anchor", "guide_failed_groups", "resample_flat_groups")
-
-
 def refuse_options_not_carried(config: TrainConfig) -> None:
-    """One sentence, before anything is written or loaded, for a run whose options the recipe would drop."""
-    defaults = {f.name: f.default for f in fields(TrainConfig)}
-    used = [name for name in OPTIONS_NOT_CARRIED if getattr(config, name) != defaults[name]]
+    """One sentence, before anything is written or loaded, for a run whose options the recipe would drop: the
+    script runs TRL's GRPOTrainer with none of the single-GPU trainer's own code (train.grpo)."""
+    from ..train.grpo import options_of_our_trainer_in_use
+
+    used = options_of_our_trainer_in_use(config)
     if used:
         raise ApplianceError(f"The multi-GPU recipe does not carry {', '.join(used)} (the single-GPU trainer's "
                              f"own code); set {'it' if len(used) == 1 else 'them'} back to the default in the "

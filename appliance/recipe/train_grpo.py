@@ -18,7 +18,8 @@ the appliance's own, imported unchanged; only the launch differs from
 Not carried over from the single-GPU run: uncertainty screening of the tasks
 (every task of the split is a candidate), held-out evals at checkpoints,
 multi-turn packs, and the options of the single-GPU trainer's own code
-(export.OPTIONS_NOT_CARRIED: refused, by the export and by this script).
+(train.grpo.options_of_our_trainer_in_use: refused, by the export and by this
+script).
 """
 from __future__ import annotations
 

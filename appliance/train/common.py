@@ -357,7 +357,7 @@ def refuse_options_of_our_trainer(run: RunContext, options: tuple[tuple[str, str
     from .multiturn import is_multi_turn
 
     for name, capability, not_multi_turn, backend_lacks in options:
-        if getattr(run.config, name) == _TRAIN_DEFAULTS[name]:
+        if not option_in_use(run.config, name):
             continue
         if not_multi_turn and is_multi_turn(run.pack):
             raise fail_run(run, ApplianceError(
@@ -369,6 +369,11 @@ def refuse_options_of_our_trainer(run: RunContext, options: tuple[tuple[str, str
 
 
 _TRAIN_DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+
+
+def option_in_use(config: TrainConfig, name: str) -> bool:
+    """Whether `config` sets the field `name` away from TrainConfig's default."""
+    return getattr(config, name) != _TRAIN_DEFAULTS[name]
 
 
 def fail_run(run: RunContext, err: BaseException) -> BaseException:

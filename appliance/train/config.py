@@ -54,6 +54,8 @@ OPTIMIZERS = ("adamw", "sgd")
 # GRPO options that weigh a sample's tokens in the loss (loss_masks.py): each token against the step's token count,
 # so they mean what they say only where the loss divides by that count (dapo, dr_grpo), not by each answer's length.
 TOKEN_WEIGHTING_OPTIONS = ("negatives_at_divergence", "negatives_without_copies", "shared_prefixes_once")
+# GRPO options that each set what the loss does with samples below their group's mean: at most one a run.
+NEGATIVE_HALF_OPTIONS = ("positive_only", "negatives_at_divergence", "negatives_without_copies")
 ALL_LINEAR = "all-linear"
 # What `all-linear` means for the Llama/Qwen-style decoders we train, where an explicit list is needed.
 ALL_LINEAR_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -317,8 +319,7 @@ class TrainConfig:
                                  f"{DEFAULT_LEARNING_RATE[self.stage]:g}, not {self.learning_rate!r}.")
         if self.optimizer not in OPTIMIZERS:
             raise ApplianceError(f"Unknown optimizer {self.optimizer!r}; choose one of {', '.join(OPTIMIZERS)}.")
-        negative_half = [name for name in ("positive_only", "negatives_at_divergence", "negatives_without_copies")
-                         if getattr(self, name)]
+        negative_half = [name for name in NEGATIVE_HALF_OPTIONS if getattr(self, name)]
         if len(negative_half) > 1:
             raise ApplianceError(f"{' and '.join(negative_half)} each set GRPO's negative half their own way; "
                                  f"choose one.")

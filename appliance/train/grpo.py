@@ -24,8 +24,8 @@ from typing import Any, Callable
 from ..errors import ApplianceError
 from ..events import EventSink, null_sink
 from .callbacks import ApplianceGRPOMixin, answer_declines, build_callback
-from .common import (TrainResult, fail_run, finish_run, prompt_for, refuse_options_of_our_trainer, start_run,
-                     train_with_guard, trainer_args, training_split_or_fail)
+from .common import (TrainResult, fail_run, finish_run, option_in_use, prompt_for, refuse_options_of_our_trainer,
+                     start_run, train_with_guard, trainer_args, training_split_or_fail)
 from .config import TrainConfig
 from .multiturn import MULTI_TURN_CPU_ONLY, agent_episodes, is_multi_turn, turn_limit
 from .presets import filters_zero_variance, grpo_options
@@ -122,6 +122,13 @@ _OPTIONS_OF_OUR_TRAINER = (
 def messages_text(task: Any) -> str:
     """Every message of a task's prompt, one after another: what a sampled answer can copy from."""
     return "\n".join(str(message.get("content", "")) for message in task.messages)
+
+
+def options_of_our_trainer_in_use(config: TrainConfig) -> list[str]:
+    """The GRPO options `config` sets that our trainer code implements (those above, and positive_only, which
+    any backend takes): what a launch with another trainer, such as the multi-GPU recipe's, would drop."""
+    names = [name for name, *_ in _OPTIONS_OF_OUR_TRAINER] + ["positive_only"]
+    return [name for name in names if option_in_use(config, name)]
 
 
 def refuse_unsupported_options(run: Any) -> None:

@@ -14,6 +14,20 @@ from typing import Any, Callable
 from .copies import copied_tokens
 
 
+def _loss_mask(output: dict[str, Any]) -> Any:
+    """A copy of TRL's loss-only mask to change, all ones where TRL set none (the completion mask's shape)."""
+    import torch
+
+    loss_mask = output.get("tool_mask")
+    return torch.ones_like(output["completion_mask"]) if loss_mask is None else loss_mask.clone()
+
+
+def _completions(output: dict[str, Any]) -> list[list[int]]:
+    """Each row's completion tokens, padding left off."""
+    lengths = output["completion_mask"].sum(dim=1).tolist()
+    return [row[:int(n)].tolist() for row, n in zip(output["completion_ids"], lengths)]
+
+
 def drop_zero_variance_groups(output: dict[str, Any], group_size: int, gather: Callable = lambda t: t, *,
                               process_index: int = 0) -> float:
     """Mask groups whose advantages are all zero out of the loss and its normaliser; return the fraction dropped.
@@ -32,10 +46,7 @@ def drop_zero_variance_groups(output: dict[str, Any], group_size: int, gather: C
     start = process_index * local.numel()
     keep_rows = informative.repeat_interleave(group_size)[start:start + local.numel()]
     keep_rows = keep_rows.to(output["completion_mask"].dtype)
-    loss_mask = output.get("tool_mask")
-    if loss_mask is None:
-        loss_mask = torch.ones_like(output["completion_mask"])
-    output["tool_mask"] = loss_mask * keep_rows.unsqueeze(1)
+    output["tool_mask"] = _loss_mask(output) * keep_rows.unsqueeze(1)
     output["num_items_in_batch"] = gather((output["completion_mask"] * output["tool_mask"]).sum()).sum()
     return 1.0 - informative.float().mean().item()
 
@@ -55,9 +66,7 @@ def negatives_at_divergence(output: dict[str, Any], group_size: int) -> float:
     from trl.data_utils import common_prefix_length
 
     advantages, completion_mask = output["advantages"], output["completion_mask"]
-    loss_mask = output.get("tool_mask")
-    loss_mask = torch.ones_like(completion_mask) if loss_mask is None else loss_mask.clone()
-    tokens = [row[:n].tolist() for row, n in zip(output["completion_ids"], completion_mask.sum(dim=1).tolist())]
+    loss_mask, tokens = _loss_mask(output), _completions(output)
     negative_tokens = kept = 0
     for start in range(0, advantages.numel(), group_size):
         rows = range(start, start + group_size)
@@ -83,16 +92,12 @@ def negatives_without_copies(output: dict[str, Any], decode: Callable[[list[int]
     import torch
 
     advantages, completion_mask = output["advantages"], output["completion_mask"]
-    loss_mask = output.get("tool_mask")
-    loss_mask = torch.ones_like(completion_mask) if loss_mask is None else loss_mask.clone()
+    loss_mask, tokens = _loss_mask(output), _completions(output)
     negative_tokens = kept = 0
     for row in (r for r in range(advantages.numel()) if advantages[r] < 0):
-        length = int(completion_mask[row].sum())
         negative_tokens += int((completion_mask[row] * loss_mask[row]).sum())
-        copies = copied_tokens(decode, output["completion_ids"][row][:length].tolist(), requests[row])
-        for position, copy in enumerate(copies):
-            if copy:
-                loss_mask[row, position] = 0
+        copies = torch.tensor(copied_tokens(decode, tokens[row], requests[row]), dtype=torch.bool)
+        loss_mask[row, :len(tokens[row])][copies] = 0
         kept += int((completion_mask[row] * loss_mask[row]).sum())
     output["tool_mask"] = loss_mask
     return kept / negative_tokens if negative_tokens else 0.0
@@ -127,8 +132,7 @@ def leave_decisions_out(output: dict[str, Any], declined_rows: list[bool], rewar
     centred = torch.where(n_acts >= 2, centred, torch.zeros_like(centred))
     output["advantages"] = centred.reshape(-1).to(advantages.dtype).to(advantages.device)
     completion_mask = output["completion_mask"]
-    loss_mask = output.get("tool_mask")
-    loss_mask = torch.ones_like(completion_mask) if loss_mask is None else loss_mask.clone()
+    loss_mask = _loss_mask(output)
     loss_mask = loss_mask * acts.reshape(-1, 1).to(loss_mask.device, loss_mask.dtype)
     loss_mask[:, 0] = 0
     output["tool_mask"] = loss_mask
@@ -148,13 +152,10 @@ def shared_prefixes_once(output: dict[str, Any]) -> float:
     sample's, however many samples share it, while the tokens where a sample is its own (mostly its arguments)
     keep their full weight. Below-mean samples are left as they are; the loss's normaliser is unchanged.
     """
-    import torch
-
-    advantages, completion_mask = output["advantages"], output["completion_mask"]
-    loss_mask = output.get("tool_mask")
-    loss_mask = torch.ones_like(completion_mask, dtype=torch.float32) if loss_mask is None else loss_mask.float()
+    advantages = output["advantages"]
+    loss_mask = _loss_mask(output).float()
     above = [r for r in range(advantages.numel()) if advantages[r] > 0]
-    tokens = {r: tuple(output["completion_ids"][r][:int(completion_mask[r].sum())].tolist()) for r in above}
+    tokens = {r: tuple(completion) for r, completion in enumerate(_completions(output)) if r in above}
     sharing: dict[tuple[int, ...], int] = {}
     for r in above:
         for end in range(1, len(tokens[r]) + 1):
