@@ -198,6 +198,7 @@ def _stdin_has_input() -> bool:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from appliance.models import require_adapter_folder, require_available
+    from appliance.train.backends import require_targets_in_adapter
     from appliance.train.cli_glue import config_from_args, train_from_args
 
     # Every setting is checked here, before a model loads: a bad value costs a second, not a training run.
@@ -211,6 +212,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         require_available(config.model)
         if config.init_adapter:
             require_adapter_folder(config.init_adapter)
+            require_targets_in_adapter(config)
     result = train_from_args(args, sink=_event_sink(args), workspace=_workspace(args))
     if not args.events:
         report.print_train(result)

@@ -60,6 +60,7 @@ def files(tmp_path_factory) -> dict[str, Path]:
         "json_list": (root / "list.json", b"[1, 2]"),
         "wrong_type": (root / "wrong-type.json", b'{"steps": "ten"}'),
         "not_an_adapter": (root / "not-an-adapter", None),
+        "mlp_adapter": (root / "mlp-adapter", None),
     }
     paths = {}
     for name, (path, content) in made.items():
@@ -68,6 +69,7 @@ def files(tmp_path_factory) -> dict[str, Path]:
         else:
             path.write_bytes(content)
         paths[name] = path
+    (paths["mlp_adapter"] / "adapter_config.json").write_text(json.dumps({"target_modules": ["up_proj", "down_proj"]}))
     paths["missing"] = root / "missing.jsonl"
     paths["missing_folder_file"] = root / "no-such-folder" / "out.jsonl"
     paths["folder"] = root
@@ -138,6 +140,8 @@ CASES = {
     "grpo eval-limit negative": (["train", "grpo", "--eval-limit", "-3"], "limit"),
     "grpo unknown hub model": (["train", "grpo", "--model", "no/such-model"], "no/such-model"),
     "grpo missing init adapter": (["train", "grpo", "--init-adapter", "{missing}"], "adapter"),
+    "grpo targets the init adapter lacks": (["train", "grpo", "--init-adapter", "{mlp_adapter}", "--lora-targets",
+                                             "q_proj,up_proj"], "q_proj"),
     "grpo missing config": (["train", "grpo", "--config", "{missing}"], "missing.jsonl"),
     "grpo binary config": (["train", "grpo", "--config", "{binary}"], "UTF-8"),
     "grpo config not json": (["train", "grpo", "--config", "{bad_json}"], "JSON"),

@@ -155,6 +155,18 @@ def test_continuing_an_adapter_with_lora_layers_trains_only_its_last_layers(conf
     assert moved and all(".layers.1." in name for name in moved)
 
 
+def test_continuing_an_adapter_with_lora_targets_trains_only_those_modules(config):
+    import torch
+
+    start = run_sft(config).final_adapter  # every linear module of the last layer
+    mlp = dataclasses.replace(config, init_adapter=str(start), lora_targets="gate_proj,up_proj,down_proj")
+    after = lora_tensors(grpo(mlp).final_adapter)
+    before = lora_tensors(start)
+    assert set(after) == set(before)  # the adapter keeps its attention LoRA, as loaded
+    moved = {name for name in before if not torch.equal(before[name], after[name])}
+    assert moved and all(name.split(".lora_")[0].endswith(("gate_proj", "up_proj", "down_proj")) for name in moved)
+
+
 def test_grpo_step_changes_lora_writes_rollouts_and_checkpoint(config, tmp_path):
     from appliance.store import Workspace
 

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import json
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from ..errors import ApplianceError
+from .config import ALL_LINEAR
 
 if TYPE_CHECKING:  # pragma: no cover
     from .config import TrainConfig
@@ -183,19 +185,44 @@ def check_adapter_loaded(model: Any, adapter_dir: str | Path) -> None:
 _LAYER_INDEX = re.compile(r"\.layers\.(\d+)\.")
 
 
-def freeze_adapter_below(model: Any, config: TrainConfig) -> None:
-    """Continuing init_adapter with lora_layers N: only its LoRA weights in the last N layers train.
+def freeze_untrained_adapter_weights(model: Any, config: TrainConfig) -> None:
+    """Continuing init_adapter: only its LoRA weights in the last `lora_layers` layers, on `lora_targets`, train.
 
     The rest stay as loaded (and are saved with the adapter); backward then stops at the lowest layer
     that trains, as with a fresh LoRA on the last N layers.
     """
-    trained = config.lora_layer_indices(model.config.num_hidden_layers)  # None: every layer
-    if not config.init_adapter or trained is None:
+    if not config.init_adapter:
         return
+    require_targets_in_adapter(config)
+    layers = config.lora_layer_indices(model.config.num_hidden_layers)  # None: every layer
+    modules = None if config.target_modules == ALL_LINEAR else set(config.target_modules)
     for name, param in model.named_parameters():
+        if "lora_" not in name:
+            continue
         layer = _LAYER_INDEX.search(name)
-        if "lora_" in name and layer and int(layer.group(1)) not in trained:
+        outside_layers = layers is not None and layer is not None and int(layer.group(1)) not in layers
+        outside_modules = modules is not None and _lora_module_name(name) not in modules
+        if outside_layers or outside_modules:
             param.requires_grad_(False)
+
+
+def _lora_module_name(parameter_name: str) -> str:
+    """`...layers.3.mlp.up_proj.lora_A.default.weight` -> `up_proj`."""
+    return parameter_name.split(".lora_", 1)[0].rsplit(".", 1)[-1]
+
+
+def require_targets_in_adapter(config: TrainConfig) -> None:
+    """One sentence when lora_targets names a module init_adapter has no LoRA on (checked before a model loads)."""
+    if not config.init_adapter or config.target_modules == ALL_LINEAR:
+        return
+    config_file = Path(config.init_adapter).expanduser() / "adapter_config.json"
+    adapted = json.loads(config_file.read_text(encoding="utf-8")).get("target_modules") or []
+    if isinstance(adapted, str):  # a regex or `all-linear`: PEFT resolves it only against a loaded model
+        return
+    missing = [name for name in config.target_modules if name not in adapted]
+    if missing:
+        raise ApplianceError(f"lora_targets names {', '.join(missing)}, which the adapter {config.init_adapter} has no "
+                             f"LoRA on; with init_adapter choose among its modules: {', '.join(sorted(adapted))}.")
 
 
 def load_adapter_weights(model: Any, adapter_dir: str | Path) -> None:

@@ -105,7 +105,9 @@ class TrainConfig:
     lora_r: int = field(default=16, metadata=_help("LoRA rank."))
     lora_alpha: int = field(default=32, metadata=_help("LoRA scaling numerator (effective scale alpha / r)."))
     lora_targets: str = field(default=ALL_LINEAR, metadata=_help(
-        "Comma-separated module names to adapt, or `all-linear` for every linear layer except the LM head."))
+        "Comma-separated module names to adapt, or `all-linear` for every linear layer except the LM head. With "
+        "init_adapter the adapter's own modules are kept and these choose which of them train (e.g. "
+        "gate_proj,up_proj,down_proj: the MLPs only, attention as loaded)."))
     lora_layers: int | None = field(default=None, metadata=_help(
         "Adapt only the last N decoder layers (0 = every layer; None = the backend's choice: the last third "
         "on a CPU, every layer on a GPU). Backward stops at the lowest adapted layer, so on a CPU the last 10 "

@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-from .backends import build_grpo_trainer, build_sft_trainer, check_adapter_loaded, freeze_adapter_below
+from .backends import build_grpo_trainer, build_sft_trainer, check_adapter_loaded, freeze_untrained_adapter_weights
 from .config import TrainConfig
 
 
@@ -123,7 +123,7 @@ class CpuBackend:
             model, tokenizer = load_model(config.model, adapter=config.init_adapter, dtype="float32",
                                           for_training=True)
             check_adapter_loaded(model, config.init_adapter)  # PeftModel.from_pretrained only warns
-            freeze_adapter_below(model, config)
+            freeze_untrained_adapter_weights(model, config)
             return model, tokenizer
         model, tokenizer = load_model(config.model, dtype="float32", for_training=True)
         lora = LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,

@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import ApplianceError
-from .backends import build_grpo_trainer, build_sft_trainer, freeze_adapter_below, load_adapter_weights
+from .backends import build_grpo_trainer, build_sft_trainer, freeze_untrained_adapter_weights, load_adapter_weights
 from .common import optimizer_args
 from .config import ALL_LINEAR, ALL_LINEAR_MODULES, TrainConfig
 from .multiturn import MULTI_TURN_CPU_ONLY
@@ -219,7 +219,7 @@ class UnslothBackend:
         )
         if config.init_adapter:
             load_adapter_weights(model, Path(config.init_adapter))
-            freeze_adapter_below(model, config)
+            freeze_untrained_adapter_weights(model, config)
         if tokenizer.pad_token is None:
             tokenizer.pad_token = tokenizer.eos_token
         return model, tokenizer
