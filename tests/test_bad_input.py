@@ -141,7 +141,7 @@ CASES = {
     "grpo unknown hub model": (["train", "grpo", "--model", "no/such-model"], "no/such-model"),
     "grpo missing init adapter": (["train", "grpo", "--init-adapter", "{missing}"], "adapter"),
     "grpo targets the init adapter lacks": (["train", "grpo", "--init-adapter", "{mlp_adapter}", "--lora-targets",
-                                             "q_proj,up_proj"], "q_proj"),
+                                             "q_proj,up_proj"], "no LoRA on"),
     "grpo missing config": (["train", "grpo", "--config", "{missing}"], "missing.jsonl"),
     "grpo binary config": (["train", "grpo", "--config", "{binary}"], "UTF-8"),
     "grpo config not json": (["train", "grpo", "--config", "{bad_json}"], "JSON"),
