@@ -258,6 +258,24 @@ def test_lora_layers_pick_the_last_layers_and_spell_out_all_linear():
         TrainConfig(lora_layers=-1)
 
 
+def test_continuing_an_adapter_trains_only_its_chosen_layers_and_modules(tmp_path):
+    """What both backends and the multi-GPU recipe apply to init_adapter: lora_layers and lora_targets."""
+    from peft import LoraConfig, get_peft_model
+
+    from appliance.tiny import build_tiny_model
+    from appliance.train.backends import freeze_untrained_adapter_weights
+
+    model = get_peft_model(build_tiny_model(64, layers=3), LoraConfig(r=2, target_modules="all-linear"))
+    (tmp_path / "adapter_config.json").write_text(json.dumps({"target_modules": ["q_proj", "up_proj", "down_proj"]}))
+    config = TrainConfig(stage="grpo", init_adapter=str(tmp_path), lora_layers=2, lora_targets="up_proj,down_proj")
+    freeze_untrained_adapter_weights(model, config)
+    trained = {name.split(".lora_")[0].split("layers.")[1] for name, param in model.named_parameters()
+               if param.requires_grad}
+    assert trained == {"1.mlp.up_proj", "1.mlp.down_proj", "2.mlp.up_proj", "2.mlp.down_proj"}
+    with pytest.raises(ApplianceError, match="v_proj"):  # a module the adapter has no LoRA on
+        freeze_untrained_adapter_weights(model, TrainConfig(init_adapter=str(tmp_path), lora_targets="v_proj"))
+
+
 def test_metric_names_follow_our_vocabulary():
     metrics = rename_metrics({"reward": 0.5, "rewards/exact/mean": 0.25, "completions/clipped_ratio": 0.1,
                               "step_time": 2.0, "note": "text"})

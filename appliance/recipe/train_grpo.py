@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     from appliance.packs import load_pack
     from appliance.recipe.export import refuse_options_not_carried
     from appliance.store import Workspace
-    from appliance.train.backends import RenderedPromptIds
+    from appliance.train.backends import RenderedPromptIds, freeze_untrained_adapter_weights
     from appliance.train.callbacks import ApplianceGRPOMixin
     from appliance.train.config import TrainConfig
     from appliance.train.grpo import default_reward_funcs, grpo_args, grpo_rows, make_verify
@@ -101,7 +101,9 @@ def main(argv: list[str] | None = None) -> int:
         model, tokenizer = load_model(args.model or config.model, adapter=config.init_adapter,
                                       dtype="bfloat16" if on_gpu else "float32",
                                       for_training=True)
-    if not config.init_adapter:
+    if config.init_adapter:  # lora_layers / lora_targets choose which of its weights train, as in `appliance train`
+        freeze_untrained_adapter_weights(model, config)
+    else:
         lora = LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
                           bias="none", task_type="CAUSAL_LM",
                           **config.peft_targets(model.config.num_hidden_layers))
