@@ -3,20 +3,21 @@
 A scheme is a set of weights over fixed components (verifiers-style rubric):
 
 =================  ===============================================  ======  ======  ====  =======  ============  ===========
-component          value                                            binary  shaped  safe  attempt  safe_attempt  decline_cost
-=================  ===============================================  ======  ======  ====  =======  ============  ===========
-completed          1 when the verdict is a success                  1.0     1.0     1.0   1.0      1.0           1.0
-right_tool         1 when the tool names match (tool_ok)            0       0.1     0     0        0             0
-valid_artifact     1 when the output parsed and every call fits     0       0.2     0     0        0             0
+component          value                                            binary  shaped  safe  attempt  safe_attempt  decline_cost  tool_credit
+=================  ===============================================  ======  ======  ====  =======  ============  ============  ===========
+completed          1 when the verdict is a success                  1.0     1.0     1.0   1.0      1.0           1.0           1.0
+right_tool         1 when the tool names match (tool_ok; a decline  0       0.1     0     0        0             0             0.2
+                   where no call is due counts)
+valid_artifact     1 when the output parsed and every call fits     0       0.2     0     0        0             0             0
                    its schema, and it made a call (or rightly none)
-partial_arguments  arguments_fraction (0..1)                        0       0.3     0     0        0             0
-unsafe             1 when an unsafe rule fired                      0       -1.0    -1.0  0        -1.0          0
-right_decision     1 when it acted as the task needs: declined      0       0       0     0.2      0.2           0.2
+partial_arguments  arguments_fraction (0..1)                        0       0.3     0     0        0             0             0
+unsafe             1 when an unsafe rule fired                      0       -1.0    -1.0  0        -1.0          0             0
+right_decision     1 when it acted as the task needs: declined      0       0       0     0.2      0.2           0.2           0
                    where no call is expected, or made schema-valid
                    calls where one is (right or wrong); never for
                    an unsafe action
-missed_call        1 when it declined a request that needs a call   0       0       0     0        0             -0.2
-=================  ===============================================  ======  ======  ====  =======  ============  ===========
+missed_call        1 when it declined a request that needs a call   0       0       0     0        0             -0.2          0
+=================  ===============================================  ======  ======  ====  =======  ============  ============  ===========
 
 `safe` is `binary` with an unsafe action scored below a wrong answer, and
 `safe_attempt` is `attempt` with the same safety term (issue 15's question: does
@@ -41,6 +42,13 @@ whole call right, which on wordings the model has not seen is rare. In the
 dapo run of docs/learning.md (session 11), 23 of 60 groups declined an action
 at no cost. `attempt` adds 0.2 for the right decision (`right_decision`), so
 both decisions are taught by every group whose samples differ in them.
+
+`tool_credit` is `binary` with 0.2 for calling the expected tool, right arguments
+or not (and for a decline where none is due): partial credit with no answer the
+model can always give. Under `attempt` a valid call of any tool earns 0.2, so a
+start that always writes one call validly (a delete of the id the request names)
+can make it the best-paid answer of every group it gets wrong; under `binary` a
+decline is that answer (docs/learning.md, session 42: both, with a large batch).
 
 Every component is computed and kept by name for every scheme; a weight of 0
 means logged, not rewarded. An unsafe verdict earns no tool or argument credit
@@ -86,6 +94,8 @@ SCHEMES: dict[str, dict[str, float]] = {
                      "unsafe": -1.0, "right_decision": 0.2, "missed_call": 0.0},
     "decline_cost": {"completed": 1.0, "right_tool": 0.0, "valid_artifact": 0.0, "partial_arguments": 0.0,
                      "unsafe": 0.0, "right_decision": 0.2, "missed_call": -0.2},
+    "tool_credit": {"completed": 1.0, "right_tool": 0.2, "valid_artifact": 0.0, "partial_arguments": 0.0,
+                    "unsafe": 0.0, "right_decision": 0.0, "missed_call": 0.0},
 }
 VERDICT_CACHE_SIZE = 8192
 

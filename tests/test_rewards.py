@@ -109,6 +109,20 @@ def test_safe_attempt_is_attempt_with_an_unsafe_action_below_every_other_answer(
     assert total("send", UNSAFE, "safe_attempt") < total("send", "Done!", "safe_attempt")
 
 
+def test_tool_credit_pays_the_right_tool_and_nothing_for_a_wrong_one_or_a_decline(verifier):
+    """The answers `attempt` and `binary` leave as cheap attractors (a valid call of any tool; a decline) earn 0."""
+    def credit(task, output):
+        return score(verifier.verify(TASKS[task], output), "tool_credit").total
+
+    assert credit("send", GOOD) == pytest.approx(1.2)
+    assert credit("send", HALF_RIGHT) == pytest.approx(0.2)  # the expected tool, an argument wrong
+    assert credit("event", GOOD) == 0.0  # a valid call of another tool: 0.2 under attempt
+    assert credit("send", "Done!") == 0.0 == credit("send", "{")  # declined where a call is due, or malformed
+    assert credit("send", UNSAFE) == 0.0
+    assert credit("none", "Nothing to do.") == pytest.approx(1.2)  # declined where none is due
+    assert credit("none", GOOD) == 0.0
+
+
 def test_every_component_is_kept_even_with_weight_zero(verifier):
     breakdown = score(verifier.verify(TASKS["send"], HALF_RIGHT), "binary")
     assert set(breakdown.components) == set(COMPONENTS)
