@@ -171,6 +171,13 @@ def require_adapter_folder(adapter: str | Path) -> Path:
     return path
 
 
+def adapter_config(adapter: str | Path) -> dict[str, Any]:
+    """A saved PEFT adapter's `adapter_config.json` (its rank, modules and layers), or one sentence when the
+    folder is not one."""
+    config_file = require_adapter_folder(adapter) / "adapter_config.json"
+    return json.loads(config_file.read_text(encoding="utf-8"))
+
+
 # --- the embedded model -------------------------------------------------------
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import json
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Protocol
@@ -215,8 +214,9 @@ def require_targets_in_adapter(config: TrainConfig) -> None:
     """One sentence when lora_targets names a module init_adapter has no LoRA on (checked before a model loads)."""
     if not config.init_adapter or config.target_modules == ALL_LINEAR:
         return
-    config_file = Path(config.init_adapter).expanduser() / "adapter_config.json"
-    adapted = json.loads(config_file.read_text(encoding="utf-8")).get("target_modules") or []
+    from ..models import adapter_config
+
+    adapted = adapter_config(config.init_adapter).get("target_modules") or []
     if isinstance(adapted, str):  # a regex or `all-linear`: PEFT resolves it only against a loaded model
         return
     missing = [name for name in config.target_modules if name not in adapted]

@@ -41,7 +41,6 @@ Verified API (unsloth 2026.10.9, unsloth_zoo 2026.10.9, trl 1.15.0, vllm 0.33.0)
 """
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any, Callable
@@ -102,16 +101,14 @@ def _total_vram_bytes() -> int | None:
 def lora_shape(config: TrainConfig) -> dict[str, Any]:
     """r, lora_alpha, target_modules and layers_to_transform (None = the config's) for this run's LoRA:
     those of init_adapter when it continues one, since the shape must match the adapter's."""
+    from ..models import adapter_config
+
     targets = config.target_modules
     shape = {"r": config.lora_r, "lora_alpha": config.lora_alpha,
              "target_modules": list(ALL_LINEAR_MODULES) if targets == ALL_LINEAR else list(targets),
              "layers_to_transform": None}
     if config.init_adapter:
-        config_file = Path(config.init_adapter) / "adapter_config.json"
-        if not config_file.is_file():
-            raise ApplianceError(f"init_adapter {config.init_adapter} is not a PEFT adapter folder (it has no "
-                                 f"adapter_config.json); give a checkpoint folder (appliance checkpoints list).")
-        adapter_cfg = json.loads(config_file.read_text(encoding="utf-8"))
+        adapter_cfg = adapter_config(config.init_adapter)
         shape.update(r=int(adapter_cfg["r"]), lora_alpha=int(adapter_cfg.get("lora_alpha", config.lora_alpha)),
                      target_modules=sorted(adapter_cfg.get("target_modules") or shape["target_modules"]),
                      layers_to_transform=adapter_cfg.get("layers_to_transform"))
