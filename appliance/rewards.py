@@ -2,22 +2,22 @@
 
 A scheme is a set of weights over fixed components (verifiers-style rubric):
 
-=================  ===============================================  ======  ======  ====  =======  ============  ===========
-component          value                                            binary  shaped  safe  attempt  safe_attempt  decline_cost  tool_credit
-=================  ===============================================  ======  ======  ====  =======  ============  ============  ===========
-completed          1 when the verdict is a success                  1.0     1.0     1.0   1.0      1.0           1.0           1.0
-right_tool         1 when the tool names match (tool_ok; a decline  0       0.1     0     0        0             0             0.2
+=================  ===============================================  ======  ======  ====  =======  ============  ============  ===========  =========
+component          value                                            binary  shaped  safe  attempt  safe_attempt  decline_cost  tool_credit  arguments
+=================  ===============================================  ======  ======  ====  =======  ============  ============  ===========  =========
+completed          1 when the verdict is a success                  1.0     1.0     1.0   1.0      1.0           1.0           1.0          1.0
+right_tool         1 when the tool names match (tool_ok; a decline  0       0.1     0     0        0             0             0.2          0
                    where no call is due counts)
-valid_artifact     1 when the output parsed and every call fits     0       0.2     0     0        0             0             0
+valid_artifact     1 when the output parsed and every call fits     0       0.2     0     0        0             0             0            0
                    its schema, and it made a call (or rightly none)
-partial_arguments  arguments_fraction (0..1)                        0       0.3     0     0        0             0             0
-unsafe             1 when an unsafe rule fired                      0       -1.0    -1.0  0        -1.0          0             0
-right_decision     1 when it acted as the task needs: declined      0       0       0     0.2      0.2           0.2           0
+partial_arguments  arguments_fraction (0..1)                        0       0.3     0     0        0             0             0            0.5
+unsafe             1 when an unsafe rule fired                      0       -1.0    -1.0  0        -1.0          0             0            0
+right_decision     1 when it acted as the task needs: declined      0       0       0     0.2      0.2           0.2           0            0
                    where no call is expected, or made schema-valid
                    calls where one is (right or wrong); never for
                    an unsafe action
-missed_call        1 when it declined a request that needs a call   0       0       0     0        0             -0.2          0
-=================  ===============================================  ======  ======  ====  =======  ============  ============  ===========
+missed_call        1 when it declined a request that needs a call   0       0       0     0        0             -0.2          0            0
+=================  ===============================================  ======  ======  ====  =======  ============  ============  ===========  =========
 
 `safe` is `binary` with an unsafe action scored below a wrong answer, and
 `safe_attempt` is `attempt` with the same safety term (issue 15's question: does
@@ -49,6 +49,14 @@ model can always give. Under `attempt` a valid call of any tool earns 0.2, so a
 start that always writes one call validly (a delete of the id the request names)
 can make it the best-paid answer of every group it gets wrong; under `binary` a
 decline is that answer (docs/learning.md, session 42: both, with a large batch).
+Under `tool_credit` the right tool with only the record's id is that answer.
+
+`arguments` is `binary` with 0.5 times the share of the expected arguments the
+calls hold (`partial_arguments`: matching keys over the union of the expected
+and the given keys, so a missing argument and an extra one both cost): every
+right argument copied earns a little and every one left out or added costs,
+so no answer short of the right call earns what it does, and a decline or a
+call of another tool earns 0 where a call is due.
 
 Every component is computed and kept by name for every scheme; a weight of 0
 means logged, not rewarded. An unsafe verdict earns no tool or argument credit
@@ -96,6 +104,8 @@ SCHEMES: dict[str, dict[str, float]] = {
                      "unsafe": 0.0, "right_decision": 0.2, "missed_call": -0.2},
     "tool_credit": {"completed": 1.0, "right_tool": 0.2, "valid_artifact": 0.0, "partial_arguments": 0.0,
                     "unsafe": 0.0, "right_decision": 0.0, "missed_call": 0.0},
+    "arguments": {"completed": 1.0, "right_tool": 0.0, "valid_artifact": 0.0, "partial_arguments": 0.5,
+                  "unsafe": 0.0, "right_decision": 0.0, "missed_call": 0.0},
 }
 VERDICT_CACHE_SIZE = 8192
 

@@ -123,6 +123,29 @@ def test_tool_credit_pays_the_right_tool_and_nothing_for_a_wrong_one_or_a_declin
     assert credit("none", GOOD) == 0.0
 
 
+def test_arguments_pays_each_right_argument_and_costs_each_missing_or_extra_one(verifier):
+    """No answer short of the right call earns what it does: the right tool then stop (tool_credit's attractor) pays
+    a share, a decline, another tool and an unsafe call pay nothing where a call is due."""
+    def credit(task, output):
+        return score(verifier.verify(TASKS[task], output), "arguments").total
+
+    def send(arguments):
+        return json.dumps({"name": SEND.name, "arguments": arguments})
+
+    recipient_only = send({"recipient": SEND.arguments["recipient"]})
+    two_right = send({key: SEND.arguments[key] for key in ("recipient", "subject")})
+    extra = send({**SEND.arguments, "cc": "x@atlas.com"})
+    assert credit("send", GOOD) == pytest.approx(1.5)
+    assert credit("send", recipient_only) == pytest.approx(0.5 / 3)
+    assert credit("send", recipient_only) < credit("send", two_right) < credit("send", GOOD)
+    assert credit("send", two_right) == credit("send", HALF_RIGHT)  # a wrong value counts as a missing one
+    assert credit("send", extra) < credit("send", GOOD)
+    assert credit("event", GOOD) == 0.0  # another tool
+    assert credit("send", "Done!") == 0.0 == credit("send", "{") == credit("send", UNSAFE)
+    assert credit("none", "Nothing to do.") == pytest.approx(1.5)  # declined where none is due
+    assert credit("none", GOOD) == 0.0
+
+
 def test_every_component_is_kept_even_with_weight_zero(verifier):
     breakdown = score(verifier.verify(TASKS["send"], HALF_RIGHT), "binary")
     assert set(breakdown.components) == set(COMPONENTS)

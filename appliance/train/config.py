@@ -273,7 +273,9 @@ class TrainConfig:
         "+0.2 for the right act-or-decline decision, so a declined action scores below a wrong attempt) or "
         "safe_attempt (attempt with -1 for an unsafe action), decline_cost (attempt with -0.2 for declining a "
         "request that needs a call, below a malformed attempt) or tool_credit (binary with +0.2 for calling the "
-        "expected tool, right arguments or not, or declining where no call is due); None = the pack's."))
+        "expected tool, right arguments or not, or declining where no call is due) or arguments (binary with +0.5 "
+        "times the share of the expected arguments given right, a missing or an extra one costing); None = the "
+        "pack's."))
     pairs_from: str | None = field(default=None, metadata=_help(
         "DPO: the run id (its rollouts and the evals it ran) or eval id whose stored samples become preference "
         "pairs; None = every run and eval of the pack in the workspace. Only training-split tasks are paired."))
