@@ -270,9 +270,9 @@ class TrainConfig:
         "Held-out split of the checkpoint evals: `dev` while choosing settings, `val` to report a chosen one."))
     reward: str | None = field(default=None, metadata=_help(
         "GRPO reward scheme: binary, shaped, safe (binary with -1 for an unsafe action), attempt (binary with "
-        "+0.2 for the right act-or-decline decision, so a declined action scores below a wrong attempt) or "
+        "+0.2 for the right act-or-decline decision, so a declined action scores below a wrong attempt), "
         "safe_attempt (attempt with -1 for an unsafe action), decline_cost (attempt with -0.2 for declining a "
-        "request that needs a call, below a malformed attempt) or tool_credit (binary with +0.2 for calling the "
+        "request that needs a call, below a malformed attempt), tool_credit (binary with +0.2 for calling the "
         "expected tool, right arguments or not, or declining where no call is due) or arguments (binary with +0.5 "
         "times the share of the expected arguments given right, a missing or an extra one costing); None = the "
         "pack's."))
