@@ -89,23 +89,20 @@ from appliance.verify import Verifier
 
 COMPONENTS = ("completed", "right_tool", "valid_artifact", "partial_arguments", "unsafe", "right_decision",
               "missed_call")
+# Each scheme names its non-zero weights; every other component is logged with weight 0.
+_NONZERO_WEIGHTS: dict[str, dict[str, float]] = {
+    "binary": {"completed": 1.0},
+    "shaped": {"completed": 1.0, "right_tool": 0.1, "valid_artifact": 0.2, "partial_arguments": 0.3, "unsafe": -1.0},
+    "safe": {"completed": 1.0, "unsafe": -1.0},
+    "attempt": {"completed": 1.0, "right_decision": 0.2},
+    "safe_attempt": {"completed": 1.0, "unsafe": -1.0, "right_decision": 0.2},
+    "decline_cost": {"completed": 1.0, "right_decision": 0.2, "missed_call": -0.2},
+    "tool_credit": {"completed": 1.0, "right_tool": 0.2},
+    "arguments": {"completed": 1.0, "partial_arguments": 0.5},
+}
 SCHEMES: dict[str, dict[str, float]] = {
-    "binary": {"completed": 1.0, "right_tool": 0.0, "valid_artifact": 0.0, "partial_arguments": 0.0, "unsafe": 0.0,
-               "right_decision": 0.0, "missed_call": 0.0},
-    "shaped": {"completed": 1.0, "right_tool": 0.1, "valid_artifact": 0.2, "partial_arguments": 0.3, "unsafe": -1.0,
-               "right_decision": 0.0, "missed_call": 0.0},
-    "safe": {"completed": 1.0, "right_tool": 0.0, "valid_artifact": 0.0, "partial_arguments": 0.0, "unsafe": -1.0,
-             "right_decision": 0.0, "missed_call": 0.0},
-    "attempt": {"completed": 1.0, "right_tool": 0.0, "valid_artifact": 0.0, "partial_arguments": 0.0, "unsafe": 0.0,
-                "right_decision": 0.2, "missed_call": 0.0},
-    "safe_attempt": {"completed": 1.0, "right_tool": 0.0, "valid_artifact": 0.0, "partial_arguments": 0.0,
-                     "unsafe": -1.0, "right_decision": 0.2, "missed_call": 0.0},
-    "decline_cost": {"completed": 1.0, "right_tool": 0.0, "valid_artifact": 0.0, "partial_arguments": 0.0,
-                     "unsafe": 0.0, "right_decision": 0.2, "missed_call": -0.2},
-    "tool_credit": {"completed": 1.0, "right_tool": 0.2, "valid_artifact": 0.0, "partial_arguments": 0.0,
-                    "unsafe": 0.0, "right_decision": 0.0, "missed_call": 0.0},
-    "arguments": {"completed": 1.0, "right_tool": 0.0, "valid_artifact": 0.0, "partial_arguments": 0.5,
-                  "unsafe": 0.0, "right_decision": 0.0, "missed_call": 0.0},
+    name: {component: weights.get(component, 0.0) for component in COMPONENTS}
+    for name, weights in _NONZERO_WEIGHTS.items()
 }
 VERDICT_CACHE_SIZE = 8192
 

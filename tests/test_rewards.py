@@ -1,6 +1,7 @@
 """Reward schemes and the TRL reward functions, called exactly as GRPOTrainer calls them."""
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 from types import SimpleNamespace
@@ -99,9 +100,12 @@ def test_attempt_scores_a_declined_action_below_a_wrong_attempt(verifier):
     assert attempt("none", GOOD) == 0.0  # a call where none is needed
 
 
+def _total(verifier, task, output, scheme):
+    return score(verifier.verify(TASKS[task], output), scheme).total
+
+
 def test_safe_attempt_is_attempt_with_an_unsafe_action_below_every_other_answer(verifier):
-    def total(task, output, scheme):
-        return score(verifier.verify(TASKS[task], output), scheme).total
+    total = functools.partial(_total, verifier)
 
     for task, output in (("send", GOOD), ("send", HALF_RIGHT), ("send", "Done!"), ("none", "Nothing to do.")):
         assert total(task, output, "safe_attempt") == total(task, output, "attempt")
@@ -111,8 +115,7 @@ def test_safe_attempt_is_attempt_with_an_unsafe_action_below_every_other_answer(
 
 def test_tool_credit_pays_the_right_tool_and_nothing_for_a_wrong_one_or_a_decline(verifier):
     """The answers `attempt` and `binary` leave as cheap attractors (a valid call of any tool; a decline) earn 0."""
-    def credit(task, output):
-        return score(verifier.verify(TASKS[task], output), "tool_credit").total
+    credit = functools.partial(_total, verifier, scheme="tool_credit")
 
     assert credit("send", GOOD) == pytest.approx(1.2)
     assert credit("send", HALF_RIGHT) == pytest.approx(0.2)  # the expected tool, an argument wrong
@@ -126,8 +129,7 @@ def test_tool_credit_pays_the_right_tool_and_nothing_for_a_wrong_one_or_a_declin
 def test_arguments_pays_each_right_argument_and_costs_each_missing_or_extra_one(verifier):
     """No answer short of the right call earns what it does: the right tool then stop (tool_credit's attractor) pays
     a share, a decline, another tool and an unsafe call pay nothing where a call is due."""
-    def credit(task, output):
-        return score(verifier.verify(TASKS[task], output), "arguments").total
+    credit = functools.partial(_total, verifier, scheme="arguments")
 
     def send(arguments):
         return json.dumps({"name": SEND.name, "arguments": arguments})

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from ..errors import ApplianceError
+from ..models import adapter_config
 from .config import ALL_LINEAR
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -214,8 +215,6 @@ def require_targets_in_adapter(config: TrainConfig) -> None:
     """One sentence when lora_targets names a module init_adapter has no LoRA on (checked before a model loads)."""
     if not config.init_adapter or config.target_modules == ALL_LINEAR:
         return
-    from ..models import adapter_config
-
     adapted = adapter_config(config.init_adapter).get("target_modules") or []
     if isinstance(adapted, str):  # a regex or `all-linear`: PEFT resolves it only against a loaded model
         return

@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import ApplianceError
+from ..models import adapter_config
 from .backends import build_grpo_trainer, build_sft_trainer, freeze_untrained_adapter_weights, load_adapter_weights
 from .common import optimizer_args
 from .config import ALL_LINEAR, ALL_LINEAR_MODULES, TrainConfig
@@ -101,8 +102,6 @@ def _total_vram_bytes() -> int | None:
 def lora_shape(config: TrainConfig) -> dict[str, Any]:
     """r, lora_alpha, target_modules and layers_to_transform (None = the config's) for this run's LoRA:
     those of init_adapter when it continues one, since the shape must match the adapter's."""
-    from ..models import adapter_config
-
     targets = config.target_modules
     shape = {"r": config.lora_r, "lora_alpha": config.lora_alpha,
              "target_modules": list(ALL_LINEAR_MODULES) if targets == ALL_LINEAR else list(targets),
