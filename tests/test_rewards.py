@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
+import appliance.rewards as rewards_module
 from appliance.errors import ApplianceError
 from appliance.rewards import (
     COMPONENTS,
@@ -152,6 +153,27 @@ def test_every_component_is_kept_even_with_weight_zero(verifier):
     breakdown = score(verifier.verify(TASKS["send"], HALF_RIGHT), "binary")
     assert set(breakdown.components) == set(COMPONENTS)
     assert breakdown.components["right_tool"] == 1.0 and breakdown.total == 0.0
+
+
+def _docstring_weight_table() -> dict[str, dict[str, float]]:
+    """The weight table in `appliance.rewards`' docstring, as {scheme: {component: weight}}."""
+    lines = rewards_module.__doc__.splitlines()
+    border = next(i for i, line in enumerate(lines) if line.startswith("====="))
+    header = lines[border + 1].split()
+    schemes = header[2:]  # after "component" and "value"
+    table: dict[str, dict[str, float]] = {scheme: {} for scheme in schemes}
+    for line in lines[border + 3:]:
+        if line.startswith("====="):
+            break
+        cells = line.split()
+        if cells and cells[0] in COMPONENTS:  # a component's first line (its value may wrap onto more)
+            for scheme, weight in zip(schemes, cells[-len(schemes):]):
+                table[scheme][cells[0]] = float(weight)
+    return table
+
+
+def test_the_docstring_table_shows_the_weights_the_schemes_use():
+    assert _docstring_weight_table() == SCHEMES
 
 
 def test_unknown_scheme_is_an_actionable_error(verifier):
