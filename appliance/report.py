@@ -245,6 +245,7 @@ def print_compare(cmp: dict[str, Any], *, fmt: str = "table") -> None:
         if cmp.get("decoding"):
             out().print(f"note: {cmp['decoding']}")
         print_moved(cmp.get("moved", []))
+        print_moved_templates(cmp.get("templates", []))
 
 
 def print_moved(moved: Sequence[tuple[str, str, int, list[str]]]) -> None:
@@ -256,6 +257,16 @@ def print_moved(moved: Sequence[tuple[str, str, int, list[str]]]) -> None:
         return
     print_records(("bucket in a", "bucket in b", "tasks", "e.g."), [(x, y, n, ", ".join(ids)) for x, y, n, ids in moved],
                   title=moved_summary(moved))
+
+
+def print_moved_templates(moved: Sequence[tuple[str, int, int, int]]) -> None:
+    """The templates whose successes changed between the two evals (first samples), largest change first."""
+    from appliance.evaluate.stored import moved_templates_summary
+
+    if not moved:
+        return
+    print_records(("template", "tasks", "right in a", "right in b", "change"),
+                  [(name, n, a, b, f"{b - a:+d}") for name, n, a, b in moved], title=moved_templates_summary(moved))
 
 
 def print_audit(agreement: dict[str, Any]) -> None:

@@ -154,6 +154,7 @@ def test_eval_compare_has_the_paired_difference_in_every_format(workspace_with_t
     assert main(["eval", "compare", a, b, "--workspace", str(ws)]) == 0
     table = capsys.readouterr().out
     assert "paired-bootstrap interval" in table and "changed bucket (first samples)" in table
+    assert "templates changed (first samples)" in table
 
 
 def test_evals_stored_before_they_kept_templates_are_compared_by_the_packs_templates(tmp_path, monkeypatch):

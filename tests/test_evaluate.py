@@ -104,6 +104,14 @@ def test_compare_two_stored_evals(tokenizer, ws):
     assert all(set(ids) <= set(failed_before) and 0 < len(ids) <= min(n, 3) for _, _, n, ids in cmp["moved"])
     assert compare_stored(ws, good.eval_id, good.eval_id)["moved"] == []
     assert dict((n, d) for n, _, _, d in cmp["deltas"])["execution_success_rate"] > 0.5
+    # By template: every template with a task the declines failed went up to all its tasks right, and only those.
+    tasks = pack.tasks("val")[:30]
+    failed_by_template = Counter(t.tags["template"] for t in tasks if t.id in failed_before)
+    assert {name: (n - in_a, in_b - in_a) for name, n, in_a, in_b in cmp["templates"]} == {
+        name: (failed, failed) for name, failed in failed_by_template.items()}
+    changes = [in_b - in_a for _, _, in_a, in_b in cmp["templates"]]
+    assert changes == sorted(changes, reverse=True)  # the largest change first
+    assert compare_stored(ws, good.eval_id, good.eval_id)["templates"] == []
 
 
 def test_bfcl_pack_is_scored_by_its_ast_rules(tokenizer, ws):

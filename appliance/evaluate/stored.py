@@ -34,7 +34,8 @@ def compare_stored(ws: Any, a: str, b: str, tasks_root: str | None = None) -> di
     templates = stored_templates(ma, mb) or (_pack_templates(ws, a, tasks_root) if tasks_root else {})
     return {"a": a, "b": b, "deltas": metric_deltas(ma, mb),
             "success": paired_bootstrap(per_task_success(ws, a), per_task_success(ws, b), clusters=templates),
-            "decoding": mixed_decoding(ma, mb), "moved": moved_answers(ws, a, b)}
+            "decoding": mixed_decoding(ma, mb), "moved": moved_answers(ws, a, b),
+            "templates": moved_templates(ws, a, b, templates)}
 
 
 MOVED_EXAMPLES = 3  # task ids shown per kind of move: enough to open one in `appliance sql`
@@ -61,6 +62,29 @@ def moved_summary(moved: Sequence[tuple[str, str, int, list[str]]]) -> str:
     broken = sum(n for before, _, n, _ in moved if before == "success")
     return (f"{sum(n for _, _, n, _ in moved)} tasks changed bucket (first samples): {fixed} became successes, "
             f"{broken} stopped being one")
+
+
+def moved_templates(ws: Any, a: str, b: str, templates: dict[str, str]) -> list[tuple[str, int, int, int]]:
+    """The templates whose first answers succeed on a different number of tasks in b than in a: (template, its
+    tasks in both evals, successes in a, in b), largest change first. Held-out splits ask each template in one
+    or two wordings, so a template that moves tends to move whole: this names the unit the interval resamples."""
+    _, rows = ws.query(
+        "SELECT x.task_id, (x.bucket = 'success')::INT, (y.bucket = 'success')::INT "
+        "FROM eval_samples x JOIN eval_samples y USING (task_id) "
+        "WHERE x.eval_id = ? AND y.eval_id = ? AND x.sample_index = 0 AND y.sample_index = 0", [a, b])
+    counts: dict[str, list[int]] = {}
+    for task, right_a, right_b in rows:
+        if task in templates:
+            tally = counts.setdefault(templates[task], [0, 0, 0])
+            tally[0], tally[1], tally[2] = tally[0] + 1, tally[1] + right_a, tally[2] + right_b
+    moved = [(name, n, in_a, in_b) for name, (n, in_a, in_b) in counts.items() if in_a != in_b]
+    return sorted(moved, key=lambda row: (-abs(row[3] - row[2]), row[0]))
+
+
+def moved_templates_summary(moved: Sequence[tuple[str, int, int, int]]) -> str:
+    """One line for `moved_templates`: how many templates changed, up and down."""
+    up = sum(1 for _, _, in_a, in_b in moved if in_b > in_a)
+    return f"{len(moved)} templates changed (first samples): {up} up, {len(moved) - up} down"
 
 
 def _pack_templates(ws: Any, eval_id: str, tasks_root: str) -> dict[str, str]:

@@ -340,10 +340,13 @@ class EvaluateScreen(Screen):
     @work(thread=True, exclusive=True, exit_on_error=False, group="eval-compare")
     def compare_success(self, a: str, b: str) -> None:
         # The engine's own comparison (paired bootstrap over templates), the same as `appliance eval compare`.
-        from appliance.evaluate.stored import compare_stored, moved_summary
+        from appliance.evaluate.stored import compare_stored, moved_summary, moved_templates_summary
 
         compared = compare_stored(self.app.data, a, b, tasks_root=self.app.tasks_root)
-        self.post_message(self.Compared(a, b, f"{success_line(compared['success'])}\n{moved_summary(compared['moved'])}"))
+        lines = [success_line(compared["success"]), moved_summary(compared["moved"])]
+        if compared["templates"]:  # evals of tasks without templates have none to name
+            lines.append(moved_templates_summary(compared["templates"]))
+        self.post_message(self.Compared(a, b, "\n".join(lines)))
 
     @on(Compared)
     def _compared(self, message: Compared) -> None:
