@@ -39,6 +39,10 @@ def compare_stored(ws: Any, a: str, b: str, tasks_root: str | None = None) -> di
 
 
 MOVED_EXAMPLES = 3  # task ids shown per kind of move: enough to open one in `appliance sql`
+# x and y: each task's first answer in eval a and in eval b (the two parameters, in that order).
+_FIRST_ANSWERS_OF_BOTH = (
+    "WITH x AS (SELECT task_id, bucket FROM eval_samples WHERE eval_id = ? AND sample_index = 0), "
+    "y AS (SELECT task_id, bucket FROM eval_samples WHERE eval_id = ? AND sample_index = 0) ")
 
 
 def moved_answers(ws: Any, a: str, b: str) -> list[tuple[str, str, int, list[str]]]:
@@ -46,9 +50,7 @@ def moved_answers(ws: Any, a: str, b: str) -> list[tuple[str, str, int, list[str
     first few task ids), most tasks first. What moved, not only how much: a gain of 0 can hide 7 tasks fixed
     and 7 broken."""
     _, rows = ws.query(
-        "WITH x AS (SELECT task_id, bucket FROM eval_samples WHERE eval_id = ? AND sample_index = 0), "
-        "y AS (SELECT task_id, bucket FROM eval_samples WHERE eval_id = ? AND sample_index = 0) "
-        "SELECT x.bucket, y.bucket, count(*), list(task_id ORDER BY task_id)[1:?] "
+        _FIRST_ANSWERS_OF_BOTH + "SELECT x.bucket, y.bucket, count(*), list(task_id ORDER BY task_id)[1:?] "
         "FROM x JOIN y USING (task_id) WHERE x.bucket IS DISTINCT FROM y.bucket "
         "GROUP BY ALL ORDER BY 3 DESC, 1, 2", [a, b, MOVED_EXAMPLES])
     return [(str(before), str(after), int(n), list(tasks)) for before, after, n, tasks in rows]
@@ -68,15 +70,13 @@ def moved_templates(ws: Any, a: str, b: str, templates: dict[str, str]) -> list[
     """The templates whose first answers succeed on a different number of tasks in b than in a: (template, its
     tasks in both evals, successes in a, in b), largest change first. Held-out splits ask each template in one
     or two wordings, so a template that moves tends to move whole: this names the unit the interval resamples."""
-    _, rows = ws.query(
-        "SELECT x.task_id, (x.bucket = 'success')::INT, (y.bucket = 'success')::INT "
-        "FROM eval_samples x JOIN eval_samples y USING (task_id) "
-        "WHERE x.eval_id = ? AND y.eval_id = ? AND x.sample_index = 0 AND y.sample_index = 0", [a, b])
-    counts: dict[str, list[int]] = {}
+    _, rows = ws.query(_FIRST_ANSWERS_OF_BOTH + "SELECT task_id, (x.bucket = 'success')::INT, "
+                       "(y.bucket = 'success')::INT FROM x JOIN y USING (task_id)", [a, b])
+    counts: dict[str, tuple[int, int, int]] = {}
     for task, right_a, right_b in rows:
         if task in templates:
-            tally = counts.setdefault(templates[task], [0, 0, 0])
-            tally[0], tally[1], tally[2] = tally[0] + 1, tally[1] + right_a, tally[2] + right_b
+            n, in_a, in_b = counts.get(templates[task], (0, 0, 0))
+            counts[templates[task]] = (n + 1, in_a + right_a, in_b + right_b)
     moved = [(name, n, in_a, in_b) for name, (n, in_a, in_b) in counts.items() if in_a != in_b]
     return sorted(moved, key=lambda row: (-abs(row[3] - row[2]), row[0]))
 
