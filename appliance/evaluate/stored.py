@@ -32,28 +32,35 @@ def compare_stored(ws: Any, a: str, b: str, tasks_root: str | None = None) -> di
     """
     ma, mb = eval_metrics(ws, a), eval_metrics(ws, b)
     templates = stored_templates(ma, mb) or (_pack_templates(ws, a, tasks_root) if tasks_root else {})
+    answers = first_answers(ws, a, b)
     return {"a": a, "b": b, "deltas": metric_deltas(ma, mb),
             "success": paired_bootstrap(per_task_success(ws, a), per_task_success(ws, b), clusters=templates),
-            "decoding": mixed_decoding(ma, mb), "moved": moved_answers(ws, a, b),
-            "templates": moved_templates(ws, a, b, templates)}
+            "decoding": mixed_decoding(ma, mb), "moved": moved_answers(answers),
+            "templates": moved_templates(answers, templates)}
 
 
 MOVED_EXAMPLES = 3  # task ids shown per kind of move: enough to open one in `appliance sql`
-# x and y: each task's first answer in eval a and in eval b (the two parameters, in that order).
-_FIRST_ANSWERS_OF_BOTH = (
-    "WITH x AS (SELECT task_id, bucket FROM eval_samples WHERE eval_id = ? AND sample_index = 0), "
-    "y AS (SELECT task_id, bucket FROM eval_samples WHERE eval_id = ? AND sample_index = 0) ")
 
 
-def moved_answers(ws: Any, a: str, b: str) -> list[tuple[str, str, int, list[str]]]:
-    """How the tasks of both evals changed bucket, by their first sample: (bucket in a, bucket in b, tasks, the
-    first few task ids), most tasks first. What moved, not only how much: a gain of 0 can hide 7 tasks fixed
-    and 7 broken."""
+def first_answers(ws: Any, a: str, b: str) -> list[tuple[str, str, str]]:
+    """(task, bucket of its first answer in a, in b) for every task both evals answered, in task order."""
     _, rows = ws.query(
-        _FIRST_ANSWERS_OF_BOTH + "SELECT x.bucket, y.bucket, count(*), list(task_id ORDER BY task_id)[1:?] "
-        "FROM x JOIN y USING (task_id) WHERE x.bucket IS DISTINCT FROM y.bucket "
-        "GROUP BY ALL ORDER BY 3 DESC, 1, 2", [a, b, MOVED_EXAMPLES])
-    return [(str(before), str(after), int(n), list(tasks)) for before, after, n, tasks in rows]
+        "WITH x AS (SELECT task_id, bucket FROM eval_samples WHERE eval_id = ? AND sample_index = 0), "
+        "y AS (SELECT task_id, bucket FROM eval_samples WHERE eval_id = ? AND sample_index = 0) "
+        "SELECT task_id, x.bucket, y.bucket FROM x JOIN y USING (task_id) ORDER BY task_id", [a, b])
+    return [(str(task), str(before), str(after)) for task, before, after in rows]
+
+
+def moved_answers(answers: Sequence[tuple[str, str, str]]) -> list[tuple[str, str, int, list[str]]]:
+    """How the tasks of both evals changed bucket, by their first sample (`first_answers`): (bucket in a, bucket
+    in b, tasks, the first few task ids), most tasks first. What moved, not only how much: a gain of 0 can hide
+    7 tasks fixed and 7 broken."""
+    moves: dict[tuple[str, str], list[str]] = {}
+    for task, before, after in answers:
+        if before != after:
+            moves.setdefault((before, after), []).append(task)
+    return [(before, after, len(tasks), tasks[:MOVED_EXAMPLES])
+            for (before, after), tasks in sorted(moves.items(), key=lambda move: (-len(move[1]), move[0]))]
 
 
 def moved_summary(moved: Sequence[tuple[str, str, int, list[str]]]) -> str:
@@ -66,17 +73,17 @@ def moved_summary(moved: Sequence[tuple[str, str, int, list[str]]]) -> str:
             f"{broken} stopped being one")
 
 
-def moved_templates(ws: Any, a: str, b: str, templates: dict[str, str]) -> list[tuple[str, int, int, int]]:
-    """The templates whose first answers succeed on a different number of tasks in b than in a: (template, its
-    tasks in both evals, successes in a, in b), largest change first. Held-out splits ask each template in one
-    or two wordings, so a template that moves tends to move whole: this names the unit the interval resamples."""
-    _, rows = ws.query(_FIRST_ANSWERS_OF_BOTH + "SELECT task_id, (x.bucket = 'success')::INT, "
-                       "(y.bucket = 'success')::INT FROM x JOIN y USING (task_id)", [a, b])
+def moved_templates(answers: Sequence[tuple[str, str, str]],
+                    templates: dict[str, str]) -> list[tuple[str, int, int, int]]:
+    """The templates whose first answers (`first_answers`) succeed on a different number of tasks in b than in
+    a: (template, its tasks in both evals, successes in a, in b), largest change first. Held-out splits ask each
+    template in one or two wordings, so a template that moves tends to move whole: this names the unit the
+    interval resamples."""
     counts: dict[str, tuple[int, int, int]] = {}
-    for task, right_a, right_b in rows:
+    for task, before, after in answers:
         if task in templates:
             n, in_a, in_b = counts.get(templates[task], (0, 0, 0))
-            counts[templates[task]] = (n + 1, in_a + right_a, in_b + right_b)
+            counts[templates[task]] = (n + 1, in_a + (before == "success"), in_b + (after == "success"))
     moved = [(name, n, in_a, in_b) for name, (n, in_a, in_b) in counts.items() if in_a != in_b]
     return sorted(moved, key=lambda row: (-abs(row[3] - row[2]), row[0]))
 
