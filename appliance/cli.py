@@ -223,6 +223,7 @@ _TRAIN_FLAGS = (  # (flag, TrainConfig field, type, the stages that take it; Non
     ("--checkpoints", "output", str, None), ("--seed", "seed", int, None),
     ("--train-split", "train_split", str, None), ("--eval-split", "eval_split", str, None),
     ("--epochs", "epochs", float, ("sft",)), ("--policy-checks", "policy_checks", bool, ("sft",)),
+    ("--time-checks", "time_checks", bool, ("sft",)),
     ("--missing-tool-share", "missing_tool_share", float, ("sft",)),
     ("--decision-weight", "decision_weight", float, ("sft",)),
     ("--batch-size", "batch_size", int, ("sft", "dpo")),

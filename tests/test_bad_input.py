@@ -158,6 +158,7 @@ CASES = {
     "sft lr negative": (["train", "sft", "--lr=-3e-4"], "learning_rate"),
     "sft successes from an unknown eval": (["train", "sft", "--successes-from", "no-such-eval"], "no-such-eval"),
     "sft successes with policy checks": (["train", "sft", "--successes-from", "e", "--policy-checks"], "successes_from"),
+    "sft successes with time checks": (["train", "sft", "--successes-from", "e", "--time-checks"], "successes_from"),
     # promotion, run and the top level
     "promote unknown checkpoint": (["promote", "no-such-checkpoint", "--root", "{folder}"], "no-such-checkpoint"),
     "promote limit zero": (["promote", "no-such-checkpoint", "--limit", "0"], "--limit"),

@@ -9,7 +9,7 @@ from appliance.packs.pack import load_pack
 from appliance.parsing import parse_tool_calls
 from appliance.prompting import reference_answer
 from appliance.task import Task, ToolCall
-from appliance.train.checks import policy_check
+from appliance.train.checks import WORKBENCH_MEETING_HOURS, meeting_hours, policy_check
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES = [{"rule": "external_recipient", "allowed_domains": ["atlas.com"]}, {"rule": "out_of_policy"}]
@@ -36,10 +36,31 @@ def test_an_address_that_is_not_a_recipient_is_not_checked():
                         RULES) == ""
 
 
-def test_meeting_times_are_not_checked():
-    # Session 30 measured a time check too: the embedded model wrote `outside` for 10am as for 9pm.
+def test_meeting_times_are_checked_only_when_asked():
     request = task("meet raj@atlas.com at 9pm", domain="calendar", policy="refuse")
     assert policy_check(request, RULES) == "<think>atlas.com inside</think>"
+    assert policy_check(request, RULES, WORKBENCH_MEETING_HOURS) == "<think>atlas.com inside; 21:00 outside</think>"
+    assert policy_check(request, [], WORKBENCH_MEETING_HOURS) == "<think>21:00 outside</think>"
+
+
+@pytest.mark.parametrize("written, stated", [
+    ("9pm", "21:00 outside"), ("6:30am", "06:30 outside"), ("10:30 am", "10:30 inside"), ("12:30 pm", "12:30 inside"),
+    ("07:00", "07:00 outside"), ("09:00", "09:00 inside"), ("17:30", "17:30 inside"), ("6PM", "18:00 outside"),
+])
+def test_a_meeting_time_is_stated_in_24_hour_form_with_its_verdict(written, stated):
+    # The 24-hour form is the one every calendar call's event_start takes (session 30 copied the request's form).
+    request = task(f"move event 00000042 to 2023-12-17 at {written}", domain="calendar")
+    assert policy_check(request, [], WORKBENCH_MEETING_HOURS) == f"<think>{stated}</think>"
+
+
+def test_times_outside_calendar_requests_are_not_checked():
+    assert policy_check(task("remind me at 9pm to email raj", domain="email"), [], WORKBENCH_MEETING_HOURS) == ""
+
+
+def test_only_the_workbench_world_has_meeting_hours():
+    pack = load_pack(ROOT / "tasks" / "workplace-single")
+    assert meeting_hours(pack) == WORKBENCH_MEETING_HOURS
+    assert meeting_hours(type("Pack", (), {"world": "python"})()) is None
 
 
 def test_no_rule_no_check():
@@ -59,15 +80,16 @@ def test_every_check_in_the_workplace_pack_agrees_with_its_answer():
     # A verdict that contradicted the answer would teach the opposite of the rule: `outside` only on refusals,
     # `inside` on every action (a refusal for a meeting's hour or a bulk delete may name an inside address).
     pack = load_pack(ROOT / "tasks" / "workplace-single")
-    checked = 0
+    checked = timed = 0
     for split in ("train", "dev", "val"):
         for item in pack.tasks(split):
-            check = policy_check(item, pack.unsafe_rules)
+            check = policy_check(item, pack.unsafe_rules, meeting_hours(pack))
             if check:
                 checked += 1
+                timed += ":" in check
                 assert "outside" not in check or item.tags.get("policy") == "refuse", (item.id, check)
                 assert not item.expected or "outside" not in check, (item.id, check)
-    assert checked > 500
+    assert checked > 500 and timed > 150
 
 
 def test_sft_rows_put_the_check_before_the_answer_only_when_asked(tiny_model_dir):
@@ -84,3 +106,23 @@ def test_sft_rows_put_the_check_before_the_answer_only_when_asked(tiny_model_dir
         check = policy_check(by_id[before["task_id"]], pack.unsafe_rules)
         assert after["prompt"] == before["prompt"] and after["completion"] == check + before["completion"]
     assert sum(row["completion"].startswith("<think>") for row in checked) > 20
+
+
+def test_sft_rows_add_the_time_verdicts_only_with_time_checks(tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    from appliance.train.sft import sft_rows
+
+    pack = load_pack(ROOT / "tasks" / "workplace-single")
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    def think(row):
+        return row["completion"].partition("</think>")[0] if row["completion"].startswith("<think>") else ""
+
+    recipients = sft_rows(pack, tokenizer, "dev", policy_checks=True)
+    both = sft_rows(pack, tokenizer, "dev", policy_checks=True, time_checks=True)
+    times = sft_rows(pack, tokenizer, "dev", time_checks=True)
+    assert not any(":" in think(row) for row in recipients)
+    timed = [think(row) for row in both if ":" in think(row)]
+    assert len(timed) > 10 and all(" inside" in check or " outside" in check for check in timed)
+    assert any("atlas.com" in check for check in timed)
+    assert any(":" in think(row) for row in times) and not any(".com" in think(row) for row in times)

@@ -14,8 +14,16 @@ so the decision follows a verdict a few tokens back instead of the whole request
 
 A request is checked when the pack declares the `external_recipient` rule and the request names an address
 that its expected calls send to (appliance.safety's recipients), or it expects no call (a refusal names the
-outsider). Meeting times are not checked: in session 30 (commit b0eaf94) the embedded model copied the time
-but wrote `outside` for 10am as for 9pm, and declined every meeting.
+outsider).
+
+With `--time-checks` (packs of the WorkBench world), every clock time in a calendar request is stated too, in
+24-hour form, with what the world's meeting hours make of its start:
+
+    <think>atlas.com inside; 21:00 outside</think>No action is needed.
+
+In session 30 (commit b0eaf94, H22) the check copied the time as the request wrote it (`10am`, `19:30`, `12:30
+pm`) and the embedded model wrote `outside` for 10am as for 9pm. The 24-hour form is the one every calendar
+call's `event_start` already takes, so the verdict reads two digits in a fixed place (session 45, H81).
 """
 from __future__ import annotations
 
@@ -25,11 +33,23 @@ from typing import Any, Iterable
 from appliance.task import Task
 
 ADDRESS = re.compile(r"[\w.+-]+@([A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+)")
+# 9pm, 9:30am, 9:30 pm (12-hour) or 21:00 (24-hour); ids and ISO dates have no colon or am/pm.
+CLOCK = re.compile(r"\b(\d{1,2})(?::(\d{2}))?\s?([ap]m)\b|\b(\d{2}):(\d{2})\b", re.IGNORECASE)
+# WorkBench's meeting hours, in minutes after midnight (its system prompt: "Meetings may not start before 9am or
+# finish after 6pm"). The verdict reads the start only: no generated task starts inside and finishes outside.
+WORKBENCH_MEETING_HOURS = (9 * 60, 18 * 60)
 
 
-def policy_check(task: Task, unsafe_rules: Iterable[dict[str, Any]]) -> str:
-    """The `<think>` block SFT writes before `task`'s answer, or "" when the request names no recipient."""
-    facts = _recipient_facts(task, unsafe_rules)
+def meeting_hours(pack: Any) -> tuple[int, int] | None:
+    """The meeting hours a time check judges against: WorkBench's for packs of its world, else None."""
+    return WORKBENCH_MEETING_HOURS if pack.world == "workbench" else None
+
+
+def policy_check(task: Task, unsafe_rules: Iterable[dict[str, Any]],
+                 hours: tuple[int, int] | None = None) -> str:
+    """The `<think>` block SFT writes before `task`'s answer, or "" when the request names no recipient (and,
+    given `hours`, no clock time in a calendar request)."""
+    facts = [*_recipient_facts(task, unsafe_rules), *(_meeting_time_facts(task, hours) if hours else ())]
     return f"<think>{'; '.join(facts)}</think>" if facts else ""
 
 
@@ -42,3 +62,24 @@ def _recipient_facts(task: Task, unsafe_rules: Iterable[dict[str, Any]]) -> list
     allowed = {d.lower().lstrip("@") for d in rule.get("allowed_domains", DEFAULT_ALLOWED_DOMAINS)}
     domains = dict.fromkeys(m.group(1).lower().rstrip(".") for m in ADDRESS.finditer(task.request))
     return [f"{domain} {'inside' if domain in allowed else 'outside'}" for domain in domains]
+
+
+def _meeting_time_facts(task: Task, hours: tuple[int, int]) -> list[str]:
+    if task.tags.get("domain") != "calendar":
+        return []
+    start, end = hours
+    facts = []
+    for match in CLOCK.finditer(task.request):
+        minutes = _minutes(match)
+        if minutes is not None:
+            facts.append(f"{minutes // 60:02d}:{minutes % 60:02d} {'inside' if start <= minutes < end else 'outside'}")
+    return facts
+
+
+def _minutes(match: re.Match[str]) -> int | None:
+    hour_12, minute_12, half, hour_24, minute_24 = match.groups()
+    if hour_24 is not None:
+        hour, minute = int(hour_24), int(minute_24)
+    else:
+        hour, minute = int(hour_12) % 12 + (12 if half.lower() == "pm" else 0), int(minute_12 or 0)
+    return hour * 60 + minute if hour < 24 and minute < 60 else None

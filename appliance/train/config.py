@@ -200,6 +200,12 @@ class TrainConfig:
         "recipient's domain and says what the external-recipient rule makes of it (`gmail.com outside`), so "
         "the act-or-decline choice follows that verdict (appliance.train.checks). The parser drops the block; "
         "an answer is scored as before."))
+    # Off by default until measured (docs/learning.md, session 45, H81).
+    time_checks: bool = field(default=False, metadata=_help(
+        "SFT, packs of the WorkBench world: the `<think>` block also states each clock time of a calendar "
+        "request in 24-hour form and whether a meeting may start then (`21:00 outside`), so the act-or-decline "
+        "choice on meetings follows that verdict (appliance.train.checks). With --policy-checks the recipient's "
+        "verdict comes first."))
     # Off by default: on dev (session 31, docs/learning.md, H24) at 0.2 it took the default SFT's dev success from
     # 68 to 41 of 120 (unsafe 1 -> 5) while BFCL dev's irrelevance declines rose from 9 to 16 of 20 (base: 20).
     missing_tool_share: float = field(default=0.0, metadata=_help(
@@ -366,9 +372,9 @@ class TrainConfig:
             if not 0 <= self.rpo_alpha < float("inf"):
                 raise ApplianceError(f"rpo_alpha must be 0 (DPO alone) or a positive weight of the chosen answers' "
                                      f"log-likelihood, not {self.rpo_alpha!r}.")
-        if self.successes_from is not None and (self.policy_checks or self.missing_tool_share):
+        if self.successes_from is not None and (self.policy_checks or self.time_checks or self.missing_tool_share):
             raise ApplianceError("successes_from trains on the model's own answers as they are; it cannot add "
-                                 "policy checks or rows without their tools (drop --policy-checks and "
+                                 "policy checks or rows without their tools (drop --policy-checks, --time-checks and "
                                  "--missing-tool-share).")
         if self.stage == "grpo" and self.num_generations < 2:
             raise ApplianceError("GRPO needs num_generations >= 2: advantages compare completions within a group.")

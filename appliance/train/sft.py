@@ -24,18 +24,19 @@ from .successes import SUCCESSES_FILE, saved_successes, success_rows, successes_
 
 
 def sft_rows(pack: Any, tokenizer: Any, split: str = "train", policy_checks: bool = False,
-             missing_tool_share: float = 0.0) -> list[dict[str, str]]:
-    """One prompt/completion pair per task of `split`; with `policy_checks`, a check block before the answer;
-    with `missing_tool_share`, that share of the calling tasks once more without their tools (missing_tool_rows)."""
+             missing_tool_share: float = 0.0, time_checks: bool = False) -> list[dict[str, str]]:
+    """One prompt/completion pair per task of `split`; with `policy_checks` (recipients) or `time_checks`
+    (meeting times), a check block before the answer; with `missing_tool_share`, that share of the calling tasks
+    once more without their tools (missing_tool_rows)."""
     from ..prompting import reference_answer
-    from .checks import policy_check
+    from .checks import meeting_hours, policy_check
 
-    rules = pack.unsafe_rules  # a fresh copy per access: read once, not once per task
+    rules = pack.unsafe_rules if policy_checks else []  # a fresh copy per access: read once, not once per task
+    hours = meeting_hours(pack) if time_checks else None
     tasks = pack.tasks(split)
 
     def completion(task: Any) -> str:
-        check = policy_check(task, rules) if policy_checks else ""
-        return check + reference_answer(task)
+        return policy_check(task, rules, hours) + reference_answer(task)
 
     rows = [{"prompt": prompt_for(pack, tokenizer, task), "completion": completion(task), "task_id": task.id}
             for task in tasks]
@@ -154,7 +155,8 @@ def run_sft(config: TrainConfig, *, sink: EventSink = null_sink,
     if selection is not None:
         rows = success_rows(run.pack, tokenizer, selection)
     else:
-        rows = sft_rows(run.pack, tokenizer, split, run.config.policy_checks, run.config.missing_tool_share)
+        rows = sft_rows(run.pack, tokenizer, split, run.config.policy_checks, run.config.missing_tool_share,
+                        run.config.time_checks)
     dataset = Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]} for r in rows])
     args = sft_args(run.config, run, len(rows))
     callback = build_callback(run, recorder=None, on_eval=on_eval)
