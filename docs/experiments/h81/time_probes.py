@@ -28,16 +28,23 @@ OFF = {"12": ("6:30am", "7:30pm", "9pm", "11pm", "5am"), "24": ("07:00", "19:30"
 ALLOWED = {"12": ("10am", "11:30am", "2pm", "3:30pm", "1pm"), "24": ("10:00", "11:30", "14:00", "15:30", "13:00")}
 
 
-def swapped(task: dict, times: dict, rng: random.Random) -> dict | None:
-    request = task["messages"][-1]["content"]
+def swap_time(request: str, times: dict, rng: random.Random) -> tuple[str, str] | None:
+    """`request` with its one clock time replaced by one of `times` in the same style, and the time written;
+    None when the request names no time or several."""
     matches = list(CLOCK.finditer(request))
     if len(matches) != 1:
         return None
     match = matches[0]
     new_time = rng.choice(times["24" if match.group(4) else "12"])
-    new_request = request[:match.start()] + new_time + request[match.end():]
+    return request[:match.start()] + new_time + request[match.end():], new_time
+
+
+def swapped(task: dict, times: dict, rng: random.Random) -> dict | None:
+    result = swap_time(task["messages"][-1]["content"], times, rng)
+    if result is None:
+        return None
     probe = json.loads(json.dumps(task))
-    probe["messages"][-1]["content"] = new_request
+    probe["messages"][-1]["content"] = result[0]
     probe["tags"] = {key: value for key, value in task["tags"].items() if key != "policy"}
     probe["tags"]["probe_of"] = task["id"]
     probe["expected"] = []
