@@ -70,13 +70,14 @@ def _meeting_time_facts(task: Task, hours: tuple[int, int]) -> list[str]:
     start, end = hours
     facts = []
     for match in CLOCK.finditer(task.request):
-        minutes = _minutes(match)
+        minutes = clock_minutes(match)
         if minutes is not None:
             facts.append(f"{minutes // 60:02d}:{minutes % 60:02d} {'inside' if start <= minutes < end else 'outside'}")
     return facts
 
 
-def _minutes(match: re.Match[str]) -> int | None:
+def clock_minutes(match: re.Match[str]) -> int | None:
+    """Minutes after midnight of a CLOCK match (9:30pm, 21:30), or None for an impossible time."""
     hour_12, minute_12, half, hour_24, minute_24 = match.groups()
     if hour_24 is not None:
         hour, minute = int(hour_24), int(minute_24)

@@ -20,14 +20,11 @@ from pathlib import Path
 
 from time_probes import ALLOWED, OFF, PACK, swap_time
 
-from appliance.train.checks import CLOCK, WORKBENCH_MEETING_HOURS
+from appliance.train.checks import CLOCK, WORKBENCH_MEETING_HOURS, clock_minutes
 
 
 def minutes_of(time_text: str) -> int:
-    hour_12, minute_12, half, hour_24, minute_24 = CLOCK.search(time_text).groups()
-    if hour_24 is not None:
-        return int(hour_24) * 60 + int(minute_24)
-    return (int(hour_12) % 12 + (12 if half.lower() == "pm" else 0)) * 60 + int(minute_12 or 0)
+    return clock_minutes(CLOCK.search(time_text))
 
 
 def pair_rows(task: dict, rng: random.Random) -> list[dict]:
