@@ -159,6 +159,8 @@ CASES = {
     "sft successes from an unknown eval": (["train", "sft", "--successes-from", "no-such-eval"], "no-such-eval"),
     "sft successes with policy checks": (["train", "sft", "--successes-from", "e", "--policy-checks"], "successes_from"),
     "sft successes with time checks": (["train", "sft", "--successes-from", "e", "--time-checks"], "successes_from"),
+    "sft time checks on a pack without meeting hours": (["train", "sft", "--pack", "tracker", "--time-checks"],
+                                                         "meeting hours"),
     # promotion, run and the top level
     "promote unknown checkpoint": (["promote", "no-such-checkpoint", "--root", "{folder}"], "no-such-checkpoint"),
     "promote limit zero": (["promote", "no-such-checkpoint", "--limit", "0"], "--limit"),

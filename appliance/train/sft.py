@@ -14,6 +14,7 @@ import time
 import zlib
 from typing import Any, Callable
 
+from ..errors import ApplianceError
 from ..events import EventSink, null_sink
 from .callbacks import build_callback
 from .common import (TrainResult, _load_pack, _open_workspace, finish_run, kept_selection, prompt_for,
@@ -132,6 +133,15 @@ def refuse_unsupported_sft_options(run: Any) -> None:
     refuse_options_of_our_trainer(run, _OPTIONS_OF_OUR_TRAINER)
 
 
+def refuse_time_checks_without_hours(config: TrainConfig, pack: Any) -> None:
+    """Refuse `time_checks` for a pack whose world states no meeting hours, before the run is recorded."""
+    from .checks import meeting_hours
+
+    if config.time_checks and meeting_hours(pack) is None:
+        raise ApplianceError(f"time_checks judges against WorkBench's meeting hours; pack '{pack.name}' is of world "
+                             f"'{pack.world}', which declares none (leave --time-checks off).")
+
+
 def run_sft(config: TrainConfig, *, sink: EventSink = null_sink,
             on_eval: Callable[..., dict] | None = None, pack: Any = None, workspace: Any = None) -> TrainResult:
     """Train a LoRA with SFT on `config.pack`'s `train` split (or `config.train_split`): the pack's answers, or with
@@ -141,7 +151,10 @@ def run_sft(config: TrainConfig, *, sink: EventSink = null_sink,
     started = time.perf_counter()
     config = dataclasses.replace(config, stage="sft")
     selection = None
-    if config.successes_from and not config.resume_from:  # refused before the run starts and any model loads
+    if config.time_checks:  # refused before the run starts and any model loads
+        pack = pack if pack is not None else _load_pack(config.pack)
+        refuse_time_checks_without_hours(config, pack)
+    if config.successes_from and not config.resume_from:
         pack = pack if pack is not None else _load_pack(config.pack)
         workspace = workspace or _open_workspace(config.workspace)
         selection = successes_or_fail(config, pack, workspace)
