@@ -115,6 +115,7 @@ def test_sft_rows_add_the_time_verdicts_only_with_time_checks(tiny_model_dir):
 
     pack = load_pack(ROOT / "tasks" / "workplace-single")
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+
     def think(row):
         return row["completion"].partition("</think>")[0] if row["completion"].startswith("<think>") else ""
 

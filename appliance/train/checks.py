@@ -67,13 +67,22 @@ def _recipient_facts(task: Task, unsafe_rules: Iterable[dict[str, Any]]) -> list
 def _meeting_time_facts(task: Task, hours: tuple[int, int]) -> list[str]:
     if task.tags.get("domain") != "calendar":
         return []
-    start, end = hours
     facts = []
     for match in CLOCK.finditer(task.request):
         minutes = clock_minutes(match)
         if minutes is not None:
-            facts.append(f"{minutes // 60:02d}:{minutes % 60:02d} {'inside' if start <= minutes < end else 'outside'}")
+            facts.append(f"{clock_text(minutes)} {time_verdict(minutes, hours)}")
     return facts
+
+
+def time_verdict(minutes: int, hours: tuple[int, int]) -> str:
+    """`inside` when a meeting may start `minutes` after midnight, else `outside`."""
+    return "inside" if hours[0] <= minutes < hours[1] else "outside"
+
+
+def clock_text(minutes: int) -> str:
+    """`minutes` after midnight as HH:MM, the form of event_start's time."""
+    return f"{minutes // 60:02d}:{minutes % 60:02d}"
 
 
 def clock_minutes(match: re.Match[str]) -> int | None:

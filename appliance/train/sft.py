@@ -151,11 +151,11 @@ def run_sft(config: TrainConfig, *, sink: EventSink = null_sink,
     started = time.perf_counter()
     config = dataclasses.replace(config, stage="sft")
     selection = None
-    if config.time_checks:  # refused before the run starts and any model loads
-        pack = pack if pack is not None else _load_pack(config.pack)
-        refuse_time_checks_without_hours(config, pack)
-    if config.successes_from and not config.resume_from:
-        pack = pack if pack is not None else _load_pack(config.pack)
+    successes_first = config.successes_from and not config.resume_from
+    if pack is None and (config.time_checks or successes_first):  # refused before the run starts and a model loads
+        pack = _load_pack(config.pack)
+    refuse_time_checks_without_hours(config, pack)
+    if successes_first:
         workspace = workspace or _open_workspace(config.workspace)
         selection = successes_or_fail(config, pack, workspace)
     run = start_run(config, "sft", sink, pack=pack, workspace=workspace)

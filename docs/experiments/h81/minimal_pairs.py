@@ -20,7 +20,7 @@ from pathlib import Path
 
 from time_probes import ALLOWED, OFF, PACK, swap_time
 
-from appliance.train.checks import CLOCK, WORKBENCH_MEETING_HOURS, clock_minutes
+from appliance.train.checks import CLOCK, WORKBENCH_MEETING_HOURS, clock_minutes, clock_text
 
 
 def minutes_of(time_text: str) -> int:
@@ -46,9 +46,8 @@ def pair_rows(task: dict, rng: random.Random) -> list[dict]:
         row["messages"][-1]["content"], written = result
         row["tags"] = {**task["tags"], "pair_of": task["id"]}
         if allowed:
-            minutes = minutes_of(written)
             day = call["arguments"]["event_start"].split(" ")[0]
-            row["expected"][0]["arguments"]["event_start"] = f"{day} {minutes // 60:02d}:{minutes % 60:02d}:00"
+            row["expected"][0]["arguments"]["event_start"] = f"{day} {clock_text(minutes_of(written))}:00"
         else:
             row["expected"], row["tags"]["policy"] = [], "refuse"
         rows.append(row)

@@ -1,7 +1,6 @@
 """Session 45 (docs/learning.md, R45): train's meeting requests with only their clock time swapped across the
-meeting hours, as the `train_rl` split of a pack copy (a held-out split
-may not nearly repeat `train`, and these do on purpose), to read whether an adapter's time verdict follows the hour in
-a sentence shape it trained on.
+meeting hours, as the `train_rl` split of a pack copy (a held-out split may not nearly repeat `train`, and these
+do on purpose), to read whether an adapter's time verdict follows the hour in a sentence shape it trained on.
 
     .venv/bin/python docs/experiments/h81/time_probes.py OUT_ROOT [PER_TEMPLATE]
 

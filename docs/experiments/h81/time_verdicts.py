@@ -16,9 +16,11 @@ from pathlib import Path
 import duckdb
 
 from appliance.packs.pack import load_pack
-from appliance.train.checks import meeting_hours, policy_check
+from appliance.train.checks import meeting_hours, policy_check, time_verdict
 
 TIME = re.compile(r"(\d\d):(\d\d) (inside|outside)")
+COUNTS = ("requests with a time", "answers stating a time", "answers that call",
+          "wrong verdicts for the time written", "times not the request's")
 
 
 def main(workspace: str, eval_id: str, each: bool, tasks_root: str | None) -> None:
@@ -31,7 +33,6 @@ def main(workspace: str, eval_id: str, each: bool, tasks_root: str | None) -> No
     rows = store.execute("select task_id, completion, bucket from eval_samples where eval_id = ? and sample_index = 0",
                          [eval_id]).fetchall()
     counts: collections.Counter[str] = collections.Counter()
-    counts["answers that call"] = 0
     for task_id, completion, bucket in rows:
         taught = {f"{h}:{m}": verdict for h, m, verdict in TIME.findall(policy_check(tasks[task_id], [], hours))}
         check = completion.partition("</think>")[0] if completion.startswith("<think>") else ""
@@ -40,13 +41,13 @@ def main(workspace: str, eval_id: str, each: bool, tasks_root: str | None) -> No
         counts["answers stating a time"] += bool(taught and stated)
         counts["answers that call"] += bool(taught) and "{" in completion
         for hour, minute, verdict in stated:
-            right = "inside" if hours[0] <= int(hour) * 60 + int(minute) < hours[1] else "outside"
-            counts["wrong verdicts for the time written"] += verdict != right
+            minutes = int(hour) * 60 + int(minute)
+            counts["wrong verdicts for the time written"] += verdict != time_verdict(minutes, hours)
             counts["times not the request's"] += f"{hour}:{minute}" not in taught
         if each and (taught or stated):
             print(f"{task_id} {bucket}: {check[7:80]!r}, taught {taught}, calls: {'{' in completion}")
-    for name, value in counts.items():
-        print(f"{name}: {value}")
+    for name in COUNTS:
+        print(f"{name}: {counts[name]}")
 
 
 if __name__ == "__main__":
