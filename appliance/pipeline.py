@@ -25,7 +25,6 @@ from appliance.generate.strict import STRICT_BY_DEFAULT, STRICT_HELP
 from appliance.interrupts import sigterm_as_interrupt
 from appliance.events import (Event, EventSink, EvalFinished, RunFailed, RunFinished, RunStarted, null_sink,
                               parse_event)
-from appliance.train.config import TrainConfig
 
 
 STAGE_STOP_S = 120  # after Ctrl-C or kill, how long a stage may take to store what it finished
@@ -46,15 +45,13 @@ class PipelineSettings:
     baseline_k: int = field(default=1, metadata={
         "help": "samples per task in the baseline; 1 = greedy, which the gate can reuse; >1 adds pass@k"})
     eval_limit: int | None = field(default=None, metadata={"help": "held-out tasks per eval (None: all)"})
-    # Chosen on dev (docs/learning.md, session 7): 150 SFT steps of 8 (one pass over workplace-single's 1,200
-    # train tasks, ~10.5 s a step on 2 CPU cores) scored 43.3% on dev against 25.8% for 100; from the 150-step
-    # SFT, 15 GRPO steps (~55 s a step of 4 x 4 rollouts, plus 2-3 min of screening) lost nothing on dev and
-    # 30 lost 8.3 points. Time: 100 + 15 steps took 60 min, 150 + 30 took 86; the README's Results section
-    # names the latest timed run of 150 + 15 and its command.
-    # Not 600 steps of 4 (two passes; session 39's H52): dev 90 against 67, but 6 dev refusals carried out
-    # against 1 (`--sft-steps 600 --sft-batch-size 4` runs it, about 15 minutes longer on 2 cores).
-    sft_steps: int = field(default=150, metadata={"help": "SFT steps when SFT is recommended"})
-    sft_batch_size: int = field(default=TrainConfig.batch_size, metadata={"help": "SFT rows per step"})
+    # Chosen on dev (docs/learning.md, sessions 39 and 46, H52 and H85): 600 SFT steps of 4 rows (two passes
+    # over workplace-single's 1,200 train tasks, ~2.8 s a step on 2 CPU cores) scored 90 of 120 on dev against
+    # 67 for session 29's 150 steps of 8 (one pass), with 6 dev refusals carried out against 1. GRPO's 15 steps
+    # (~25 s a step of 4 x 4 rollouts, plus 2-3 min of screening): 30 lost 8.3 dev points (session 7). The
+    # README's Results section names the latest timed run of these defaults and its command.
+    sft_steps: int = field(default=600, metadata={"help": "SFT steps when SFT is recommended"})
+    sft_batch_size: int = field(default=4, metadata={"help": "SFT rows per step"})
     grpo_steps: int = field(default=15, metadata={"help": "GRPO steps"})
     strict: bool = field(default=STRICT_BY_DEFAULT, metadata={
         "help": f"{STRICT_HELP}: baseline, training and gate alike"})
