@@ -32,11 +32,13 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ApplianceError
+from .prompting import answer_tokens
 
 MANIFEST = "manifest.json"
 PROMOTED = "PROMOTED.json"
 ADAPTER_FILES = ("adapter_model.safetensors", "adapter_config.json")
-MANIFEST_FIELDS = ("run_id", "step", "stage", "base_model", "pack", "config", "parent", "metrics", "created_at")
+MANIFEST_FIELDS = ("run_id", "step", "stage", "base_model", "pack", "config", "parent", "answer_tokens", "metrics",
+                   "created_at")
 _HEAD_BYTES = 1 << 20
 
 
@@ -169,6 +171,24 @@ def load_manifest(path: str | Path) -> dict[str, Any]:
 
 def load_checkpoint(path: str | Path) -> Checkpoint:
     return Checkpoint(Path(path), load_manifest(path))
+
+
+def answer_tokens_of(adapter: str | Path | None) -> int:
+    """The generation budget an adapter's answers need (an adapter trained with policy or time checks writes a
+    `<think>` block first): its manifest's `answer_tokens`; for a manifest written before that field, its own
+    checks, else its start's (`init_adapter`) while that folder is there; the plain budget for the base model or
+    a folder without a manifest."""
+    seen: set[Path] = set()
+    while adapter and Path(adapter) not in seen and (Path(adapter) / MANIFEST).is_file():
+        seen.add(Path(adapter))
+        manifest = load_manifest(adapter)
+        if "answer_tokens" in manifest:
+            return int(manifest["answer_tokens"])
+        config = manifest.get("config") or {}
+        if config.get("policy_checks") or config.get("time_checks"):
+            return answer_tokens(checked=True)
+        adapter = config.get("init_adapter")
+    return answer_tokens()
 
 
 def list_checkpoints(root: str | Path = "checkpoints", run_id: str | None = None) -> list[Checkpoint]:

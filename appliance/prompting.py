@@ -42,6 +42,16 @@ NO_ACTION_TEXT = "No action is needed."
 MISSING_TOOL_TEXT = "None of my tools can do that."
 # Tokens an answer may take: eval's generation budget per turn, and what GRPO samples per turn.
 ANSWER_TOKENS = 96
+# Room for the `<think>` block an adapter trained with policy or time checks writes before its answer
+# (appliance.train.checks). The longest the shipped packs produce is 20 tokens (`<think>protonmail.com outside;
+# 09:30 inside</think>`, workplace-single, both checks); 32 leaves room for a longer domain. Read at 96 tokens, a
+# checked answer was cut (session 45).
+CHECK_TOKENS = 32
+
+
+def answer_tokens(checked: bool = False) -> int:
+    """Tokens an adapter's answer may take: the answer's own budget, plus a check's for one that writes it."""
+    return ANSWER_TOKENS + (CHECK_TOKENS if checked else 0)
 
 ANSWER_INSTRUCTION = (
     'To call a tool, reply with only a JSON object {"name": "<tool>", "arguments": {...}}; '

@@ -1,13 +1,14 @@
 """Policy checks (appliance.train.checks): the detail a rule reads, stated before the answer SFT teaches."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from appliance.packs.pack import load_pack
 from appliance.parsing import parse_tool_calls
-from appliance.prompting import reference_answer
+from appliance.prompting import ANSWER_TOKENS, CHECK_TOKENS, reference_answer
 from appliance.task import Task, ToolCall
 from appliance.train.checks import WORKBENCH_MEETING_HOURS, meeting_hours, policy_check
 
@@ -127,3 +128,66 @@ def test_sft_rows_add_the_time_verdicts_only_with_time_checks(tiny_model_dir):
     assert len(timed) > 10 and all(" inside" in check or " outside" in check for check in timed)
     assert any("atlas.com" in check for check in timed)
     assert any(":" in think(row) for row in times) and not any(".com" in think(row) for row in times)
+
+
+def _adapter(folder: Path, **manifest) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    return folder
+
+
+def test_an_adapter_is_read_at_a_budget_with_room_for_the_checks_it_was_taught(tmp_path):
+    from appliance.checkpoints import answer_tokens_of
+    from appliance.train.config import TrainConfig
+
+    plain = _adapter(tmp_path / "plain", config={"policy_checks": False})
+    checked = _adapter(tmp_path / "checked", config={"time_checks": True})  # a manifest from before answer_tokens
+    refined = _adapter(tmp_path / "refined", config={"init_adapter": str(checked)})  # its start's budget
+    orphan = _adapter(tmp_path / "orphan", config={"init_adapter": str(tmp_path / "gone")})
+    loop = _adapter(tmp_path / "loop", config={"init_adapter": str(tmp_path / "loop")})
+    stated = _adapter(tmp_path / "stated", answer_tokens=200, config={"policy_checks": False})
+    budgets = [answer_tokens_of(a) for a in (None, tmp_path / "bare", plain, checked, refined, orphan, loop, stated)]
+    assert budgets == [ANSWER_TOKENS, ANSWER_TOKENS, ANSWER_TOKENS, ANSWER_TOKENS + CHECK_TOKENS,
+                       ANSWER_TOKENS + CHECK_TOKENS, ANSWER_TOKENS, ANSWER_TOKENS, 200]
+    assert TrainConfig(stage="sft", policy_checks=True).answer_budget() == ANSWER_TOKENS + CHECK_TOKENS
+    assert TrainConfig(stage="grpo", init_adapter=str(refined)).answer_budget() == ANSWER_TOKENS + CHECK_TOKENS
+    assert TrainConfig(stage="grpo", init_adapter=str(plain)).answer_budget() == ANSWER_TOKENS
+
+
+@pytest.mark.slow
+def test_the_longest_check_in_the_workplace_pack_fits_its_room():
+    from transformers import AutoTokenizer
+
+    from appliance.models import ensure_embedded_model
+
+    tokenizer = AutoTokenizer.from_pretrained(ensure_embedded_model())
+    pack = load_pack("workplace-single", root=ROOT / "tasks")
+    hours = meeting_hours(pack)
+    checks = [policy_check(t, pack.unsafe_rules, hours) for split in pack.splits for t in pack.tasks(split)]
+    longest = max(len(tokenizer(c, add_special_tokens=False).input_ids) for c in checks if c)
+    assert 10 < longest <= CHECK_TOKENS
+
+
+def test_an_eval_without_a_budget_reads_a_checked_adapter_at_its_own(tiny_model_dir, tmp_path):
+    from transformers import AutoTokenizer
+
+    from appliance.evaluate import EvalSettings, run_eval
+    from appliance.store import Workspace
+    from eval_support import ScriptedGenerator
+
+    class Budgets(ScriptedGenerator):
+        def generate(self, prompts, *, max_new_tokens=128, **kwargs):
+            self.budgets.add(max_new_tokens)
+            return super().generate(prompts, max_new_tokens=max_new_tokens, **kwargs)
+
+    checked = _adapter(tmp_path / "checked", config={"policy_checks": True})
+    budgets = {}
+    for name, adapter, given in (("plain", None, None), ("checked", checked, None), ("given", checked, 64)):
+        gen = Budgets(AutoTokenizer.from_pretrained(tiny_model_dir), lambda prompt, i: "No action is needed.")
+        gen.budgets = set()
+        report = run_eval(EvalSettings(pack="workplace-single", split="dev", limit=2, adapter=adapter and str(adapter),
+                                       max_new_tokens=given), workspace=Workspace.open(tmp_path / "runs"), generator=gen)
+        budgets[name] = (gen.budgets, report.settings.max_new_tokens)
+    assert budgets == {"plain": ({ANSWER_TOKENS}, ANSWER_TOKENS),
+                       "checked": ({ANSWER_TOKENS + CHECK_TOKENS}, ANSWER_TOKENS + CHECK_TOKENS),
+                       "given": ({64}, 64)}

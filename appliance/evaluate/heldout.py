@@ -3,9 +3,11 @@
 The trainer calls it at every checkpoint; it evaluates the saved adapter on the
 pack's held-out split (greedy, a fixed subset on a CPU so a check takes about a
 minute), stores the eval, and returns the numbers the reward-hacking alarm and
-the checkpoint manifest keep. With a fit split it also answers the first tasks of
-the run's own training split, so under- and overfitting show next to held-out
-success (returned under `fit`, kept apart from the held-out numbers).
+the checkpoint manifest keep, each checkpoint read at its own answer budget
+(appliance.checkpoints.answer_tokens_of: room for the checks SFT taught it). With
+a fit split it also answers the first tasks of the run's own training split, so
+under- and overfitting show next to held-out success (returned under `fit`, kept
+apart from the held-out numbers).
 """
 from __future__ import annotations
 
@@ -13,7 +15,6 @@ from typing import Any, Callable
 
 from appliance.events import EventSink, null_sink
 from appliance.generate.strict import STRICT_BY_DEFAULT
-from appliance.prompting import ANSWER_TOKENS
 
 HELDOUT_KEYS = ("execution_success_rate", "valid_json_rate", "unsafe_action_rate", "mean_reward",
                 "latency_p95_s", "pass@1")
@@ -21,7 +22,7 @@ HELDOUT_KEYS = ("execution_success_rate", "valid_json_rate", "unsafe_action_rate
 
 def make_heldout_eval(*, model: str, pack: str, workspace: Any, split: str = "val", limit: int | None = 32,
                       k: int = 1, tasks_root: str = "tasks", sink: EventSink = null_sink,
-                      max_new_tokens: int = ANSWER_TOKENS,
+                      max_new_tokens: int | None = None,
                       strict: bool = STRICT_BY_DEFAULT, fit_split: str | None = None,
                       fit_limit: int = 0) -> Callable[[str, int], dict[str, Any]]:
     from appliance.evaluate.runner import EvalSettings, run_eval

@@ -10,7 +10,7 @@ import json
 import time
 import uuid
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Sequence
 
 from appliance.errors import ApplianceError
@@ -19,7 +19,8 @@ from appliance.evaluate.decision import DecisionThresholds, Recommendation, fail
 from appliance.evaluate.metrics import ScoredSample, summarize
 from appliance.evaluate.scoring import Scorer, declining_everything, make_scorer
 from appliance.generate.strict import STRICT_BY_DEFAULT, STRICT_HELP
-from appliance.prompting import ANSWER_TOKENS
+from appliance.checkpoints import answer_tokens_of
+from appliance.prompting import ANSWER_TOKENS, answer_tokens
 from appliance.events import EvalFinished, EventSink, Progress, RunStarted, null_sink
 from appliance.task import Task
 
@@ -34,8 +35,10 @@ class EvalSettings:
     limit: int | None = field(default=None, metadata={"help": "evaluate only the first N tasks"})
     temperature: float | None = field(default=None, metadata={"help": "None: greedy for k=1, 0.7 for k>1"})
     top_p: float = field(default=1.0, metadata={"help": "nucleus sampling"})
-    max_new_tokens: int = field(default=ANSWER_TOKENS, metadata={
-        "help": "generation budget per turn (a call is ~60 tokens)"})
+    max_new_tokens: int | None = field(default=None, metadata={
+        "help": f"generation budget per turn (a call is ~60 tokens); None = the adapter's answer budget: "
+                f"{ANSWER_TOKENS}, or {answer_tokens(checked=True)} for one trained with policy or time checks "
+                f"(its `<think>` block comes first)"})
     batch_size: int = field(default=32, metadata={"help": "prompts per generation call"})
     backend: str = field(default="auto", metadata={"help": "auto | hf | vllm"})
     seed: int = field(default=0, metadata={"help": "sampling seed"})
@@ -46,6 +49,8 @@ class EvalSettings:
     def validate(self) -> None:
         """Reject values that would fail (or quietly mean something else) after the model loads."""
         for name in ("k", "max_new_tokens", "batch_size"):
+            if name == "max_new_tokens" and self.max_new_tokens is None:
+                continue  # the adapter's own budget (run_eval)
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ApplianceError(f"{name} must be a whole number of at least 1, not {getattr(self, name)!r}.")
         if self.limit is not None and (not isinstance(self.limit, int) or self.limit < 0):
@@ -187,6 +192,8 @@ def run_eval(settings: EvalSettings, *, workspace: Any = None, sink: EventSink =
     from appliance.packs import load_pack
 
     settings.validate()
+    if settings.max_new_tokens is None:  # stored with the eval as the number it ran under
+        settings = replace(settings, max_new_tokens=answer_tokens_of(settings.adapter))
     pack = load_pack(settings.pack, root=settings.tasks_root)
     tasks = pack.tasks(settings.split)[: settings.limit] if settings.limit else pack.tasks(settings.split)
     if generator is None:

@@ -102,7 +102,8 @@ class RunContext:
             "run_id": self.run_id, "step": step, "stage": self.config.stage, "base_model": self.base_model,
             "pack": {"name": self.pack.name, "data_hash": self.pack.data_hash()},
             "config": self.config.to_dict(), **({"in_force": self.in_force} if self.in_force else {}),
-            "parent": self.parent_id(), "metrics": {"train": train_metrics},
+            "parent": self.parent_id(), "answer_tokens": self.config.answer_budget(),
+            "metrics": {"train": train_metrics},
         }
         with tempfile.TemporaryDirectory(prefix="adapter-", dir=self.run_dir) as tmp:
             self.backend.save_adapter(model, tmp)
@@ -231,6 +232,8 @@ def start_run(config: TrainConfig, stage: str, sink: EventSink, pack: Any = None
         config = resumed_config(config)
     else:
         config = dataclasses.replace(config, stage=stage)
+    if stage == "grpo" and config.max_completion_tokens is None:  # the start's budget, saved with the run
+        config = dataclasses.replace(config, max_completion_tokens=config.answer_budget())
     # The backend first: Unsloth patches transformers/trl/peft when imported and warns that its
     # optimisations may not apply if any of them came first (unsloth/_gpu_init.py:20-21, :135-142).
     backend_name, reason = pick_backend(config.backend)

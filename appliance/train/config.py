@@ -43,7 +43,7 @@ from typing import Any
 from ..errors import ApplianceError
 from ..generate.strict import STRICT_BY_DEFAULT, STRICT_HELP
 from ..packs.manifest import EVAL_SPLITS, TRAIN_SPLITS
-from ..prompting import ANSWER_TOKENS, MISSING_TOOL_TEXT
+from ..prompting import ANSWER_TOKENS, MISSING_TOOL_TEXT, answer_tokens
 
 BACKENDS = ("auto", "cpu", "unsloth")
 STAGES = ("sft", "grpo", "dpo")
@@ -221,9 +221,11 @@ class TrainConfig:
         "(`{\"`) and a decline part, so a larger weight puts more of each step into the act-or-decline choice "
         "than into copying arguments (appliance.train.sft.DecisionWeightedLoss); 1 = plain SFT; 0 = the choice "
         "is not trained, only what follows it (the tool and its arguments)."))
-    max_completion_tokens: int = field(default=ANSWER_TOKENS, metadata=_help(
-        f"GRPO: the most tokens sampled per turn (eval's budget is {ANSWER_TOKENS}; workplace-single's longest "
-        "expected call is 89 tokens, and a task whose answer cannot fit can never earn its reward)."))
+    max_completion_tokens: int | None = field(default=None, metadata=_help(
+        f"GRPO: the most tokens sampled per turn; None = the start's answer budget, as eval reads it: "
+        f"{ANSWER_TOKENS}, or {answer_tokens(checked=True)} from an adapter trained with policy or time checks "
+        "(workplace-single's longest expected call is 89 tokens, and a task whose answer cannot fit can never earn "
+        "its reward)."))
     max_seq_length: int = field(default=2048, metadata=_help(
         "Longest prompt + completion in tokens (SFT truncates beyond it; Unsloth sizes its buffers with it)."))
     temperature: float = field(default=1.0, metadata=_help("Sampling temperature for GRPO rollouts."))
@@ -357,7 +359,7 @@ class TrainConfig:
                                      f"not {self.missing_tool_share!r}.")
         if self.stage == "grpo":
             for name in ("prompts_per_step", "max_completion_tokens"):
-                if getattr(self, name) < 1:
+                if getattr(self, name) is not None and getattr(self, name) < 1:
                     raise ApplianceError(f"{name} must be at least 1, not {getattr(self, name)!r}.")
             if not 0 < self.temperature < float("inf"):
                 raise ApplianceError(f"temperature must be above 0 (GRPO samples), not {self.temperature!r}.")
@@ -428,6 +430,15 @@ class TrainConfig:
         if self.learning_rate is not None:
             return float(self.learning_rate)
         return DEFAULT_LEARNING_RATE[self.stage]
+
+    def answer_budget(self) -> int:
+        """The generation budget this run's answers need: room for the `<think>` block SFT teaches with checks,
+        else its start's budget (appliance.checkpoints.answer_tokens_of; the plain one without init_adapter)."""
+        from ..checkpoints import answer_tokens_of
+
+        if self.policy_checks or self.time_checks:
+            return answer_tokens(checked=True)
+        return answer_tokens_of(self.init_adapter)
 
     @property
     def target_modules(self) -> str | list[str]:

@@ -56,7 +56,7 @@ class Knob(NamedTuple):
 KNOBS = (
     Knob("steps", "steps", "steps"),
     Knob("generations", "gens", "num_generations"),
-    Knob("max-tokens", "max tok", "max_completion_tokens"),
+    Knob("max-tokens", "max tok", "max_completion_tokens", unset="start's"),
     Knob("lr", "LR", "learning_rate"),
     Knob("lora-r", "LoRA r", "lora_r"),
     Knob("eval-every", "eval every", "eval_every"),
