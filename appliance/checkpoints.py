@@ -166,7 +166,13 @@ def load_manifest(path: str | Path) -> dict[str, Any]:
     file = path if path.name == MANIFEST else path / MANIFEST
     if not file.is_file():
         raise ApplianceError(f"{path} is not a checkpoint: it has no {MANIFEST}.")
-    return json.loads(file.read_text(encoding="utf-8"))
+    try:
+        manifest = json.loads(file.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ApplianceError(f"{file} is not a readable manifest ({err}).") from None
+    if not isinstance(manifest, dict):
+        raise ApplianceError(f"{file} is not a manifest: it holds a JSON {type(manifest).__name__}, not an object.")
+    return manifest
 
 
 def load_checkpoint(path: str | Path) -> Checkpoint:

@@ -61,6 +61,7 @@ def files(tmp_path_factory) -> dict[str, Path]:
         "wrong_type": (root / "wrong-type.json", b'{"steps": "ten"}'),
         "not_an_adapter": (root / "not-an-adapter", None),
         "mlp_adapter": (root / "mlp-adapter", None),
+        "broken_manifest": (root / "broken-manifest", None),
     }
     paths = {}
     for name, (path, content) in made.items():
@@ -70,6 +71,7 @@ def files(tmp_path_factory) -> dict[str, Path]:
             path.write_bytes(content)
         paths[name] = path
     (paths["mlp_adapter"] / "adapter_config.json").write_text(json.dumps({"target_modules": ["up_proj", "down_proj"]}))
+    (paths["broken_manifest"] / "manifest.json").write_text("{broken")
     paths["missing"] = root / "missing.jsonl"
     paths["missing_folder_file"] = root / "no-such-folder" / "out.jsonl"
     paths["folder"] = root
@@ -95,6 +97,7 @@ CASES = {
     "eval missing model folder": (["eval", "--model", "./no-such-model-dir"], "no-such-model-dir"),
     "eval missing adapter": (["eval", "--adapter", "{missing}"], "adapter"),
     "eval folder that is no adapter": (["eval", "--adapter", "{not_an_adapter}"], "adapter"),
+    "eval adapter with a broken manifest": (["eval", "--adapter", "{broken_manifest}"], "manifest"),
     "eval unknown split": (["eval", "--split", "nosuch"], "nosuch"),
     "eval unknown pack": (["eval", "--pack", "nosuch"], "nosuch"),
     "eval compare one id": (["eval", "compare", "a"], "compare"),
