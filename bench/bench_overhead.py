@@ -101,7 +101,7 @@ def run_bare(config: TrainConfig, work: Path) -> list[float]:
 
     args = GRPOConfig(output_dir=str(work / "bare"), max_steps=config.steps, learning_rate=config.effective_learning_rate,
                       per_device_train_batch_size=config.prompts_per_step * config.num_generations,
-                      num_generations=config.num_generations, max_completion_length=config.max_completion_tokens,
+                      num_generations=config.num_generations, max_completion_length=config.completion_tokens,
                       temperature=config.temperature, logging_steps=1, save_strategy="no", report_to="none",
                       disable_tqdm=True, seed=config.seed, **backend.backend_args(),  # same precision and memory options
                       **grpo_options(config.preset, beta=config.beta))

@@ -233,7 +233,7 @@ def start_run(config: TrainConfig, stage: str, sink: EventSink, pack: Any = None
     else:
         config = dataclasses.replace(config, stage=stage)
     if stage == "grpo" and config.max_completion_tokens is None:  # the start's budget, saved with the run
-        config = dataclasses.replace(config, max_completion_tokens=config.answer_budget())
+        config = dataclasses.replace(config, max_completion_tokens=config.completion_tokens)
     # The backend first: Unsloth patches transformers/trl/peft when imported and warns that its
     # optimisations may not apply if any of them came first (unsloth/_gpu_init.py:20-21, :135-142).
     backend_name, reason = pick_backend(config.backend)
@@ -300,7 +300,7 @@ def oom_error(run: RunContext) -> ApplianceError:
     """Advice for an out-of-memory error, naming the settings that are in force on this backend."""
     config = run.config
     if config.stage == "grpo":
-        knobs = [f"max_completion_tokens ({config.max_completion_tokens})",
+        knobs = [f"max_completion_tokens ({config.completion_tokens})",
                  f"num_generations ({config.num_generations})", f"prompts_per_step ({config.prompts_per_step})"]
     else:
         knobs = [f"batch_size ({config.batch_size})", f"max_seq_length ({config.max_seq_length})"]

@@ -431,6 +431,11 @@ class TrainConfig:
             return float(self.learning_rate)
         return DEFAULT_LEARNING_RATE[self.stage]
 
+    @property
+    def completion_tokens(self) -> int:
+        """GRPO's sampling budget per turn: max_completion_tokens, else the start's answer budget."""
+        return self.max_completion_tokens if self.max_completion_tokens is not None else self.answer_budget()
+
     def answer_budget(self) -> int:
         """The generation budget this run's answers need: room for the `<think>` block SFT teaches with checks,
         else its start's budget (appliance.checkpoints.answer_tokens_of; the plain one without init_adapter)."""

@@ -50,7 +50,7 @@ def warn_unreachable_answers(run: Any, tokenizer: Any, split: str) -> int:
 
     if is_multi_turn(run.pack):  # a turn holds one call, not the whole expected list
         return 0
-    budget = run.config.max_completion_tokens
+    budget = run.config.completion_tokens
     tasks = run.pack.tasks(split)
     too_long = [task for task in tasks  # + 1: the end-of-turn token
                 if len(tokenizer(render_completion(task.expected), add_special_tokens=False)["input_ids"]) + 1 > budget]
@@ -69,7 +69,7 @@ def grpo_args(config: TrainConfig, run: Any) -> dict[str, Any]:
         "per_device_train_batch_size": config.prompts_per_step * config.num_generations,
         "num_generations": config.num_generations,
         # Dr. GRPO divides by this: an episode can hold max_turns turns of the per-turn budget.
-        "max_completion_length": config.max_completion_tokens * turn_limit(run.pack),
+        "max_completion_length": config.completion_tokens * turn_limit(run.pack),
         "temperature": config.temperature,
         "top_p": 1.0,
         "remove_unused_columns": False,

@@ -124,7 +124,7 @@ class MultiTurnRollout:
             held_to = [self.episodes.tools_for(tr.task) for tr in active] if self.config.strict else None
             samples = [group[0] for group in generator.generate(
                 turn_prompts, n=1, temperature=self.config.temperature, top_p=1.0,
-                max_new_tokens=self.config.max_completion_tokens, strict_tools=held_to)]
+                max_new_tokens=self.config.completion_tokens, strict_tools=held_to)]
             for tr, sample in zip(active, samples):
                 sampled[tr.sample_index].append(tuple(sample.token_ids))
             return samples

@@ -157,7 +157,7 @@ class SharedPrefixRollout:
         def sample(prompts: list[str], size: int) -> list[list[Any]]:
             held_to = self.tools_by_prompt
             return generator.generate(prompts, n=size, temperature=self.config.temperature, top_p=1.0,
-                                      max_new_tokens=self.config.max_completion_tokens,
+                                      max_new_tokens=self.config.completion_tokens,
                                       strict_tools=None if held_to is None else [held_to[p] for p in prompts])
 
         per_group: list[list[Any]] = [[] for _ in groups]
