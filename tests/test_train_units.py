@@ -475,11 +475,11 @@ def test_grpo_warns_when_expected_answers_exceed_the_sampling_budget():
     tasks = [Task(id=f"t{i}", messages=[{"role": "user", "content": "hi"}],
                   expected=(ToolCall("send_email", {"to": "x" * n}),)) for i, n in enumerate((1, 80))]
     seen = []
-    run = SimpleNamespace(config=SimpleNamespace(max_completion_tokens=64), run_id="r", emit=seen.append,
+    run = SimpleNamespace(config=TrainConfig(stage="grpo", max_completion_tokens=64), run_id="r", emit=seen.append,
                           pack=SimpleNamespace(max_turns=1, tasks=lambda split: tasks))
     assert warn_unreachable_answers(run, Chars(), "train_rl") == 1
     assert seen and "1 of 2 train_rl tasks" in seen[0].message and "--max-completion-tokens" in seen[0].message
-    run.config.max_completion_tokens = 200
+    run.config = TrainConfig(stage="grpo", max_completion_tokens=200)
     seen.clear()
     assert warn_unreachable_answers(run, Chars(), "train_rl") == 0 and not seen
 
