@@ -77,6 +77,13 @@ def non_negative_float(text: str) -> float:
     return _at_least(0, text, float)
 
 
+def positive_float(text: str) -> float:
+    value = _at_least(0, text, float)
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"expected a number above 0, not {text!r}")
+    return value
+
+
 def text_file(text: str) -> str:
     """An existing, readable file whose start is UTF-8 text (the reader reports the rest)."""
     path = Path(text).expanduser()
@@ -359,7 +366,8 @@ _RUN_FLAGS = (
     ("--model", "model", str), ("--pack", "pack", str), ("--quick", "quick", bool),
     ("--baseline-only", "baseline_only", bool), ("--checkpoints", "checkpoints_root", str),
     ("--baseline-k", "baseline_k", positive_int), ("--eval-limit", "eval_limit", positive_int),
-    ("--sft-steps", "sft_steps", positive_int), ("--sft-batch-size", "sft_batch_size", positive_int),
+    ("--sft-steps", "sft_steps", positive_int), ("--sft-passes", "sft_passes", positive_float),
+    ("--sft-batch-size", "sft_batch_size", positive_int),
     ("--grpo-steps", "grpo_steps", positive_int),
     ("--strict", "strict", bool),
 )

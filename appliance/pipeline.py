@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 from collections import deque
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from appliance.errors import ERROR_PREFIX, ApplianceError
@@ -45,12 +45,16 @@ class PipelineSettings:
     baseline_k: int = field(default=1, metadata={
         "help": "samples per task in the baseline; 1 = greedy, which the gate can reuse; >1 adds pass@k"})
     eval_limit: int | None = field(default=None, metadata={"help": "held-out tasks per eval (None: all)"})
-    # Chosen on dev (docs/learning.md, sessions 39 and 46, H52 and H85): 600 SFT steps of 4 rows (two passes
-    # over workplace-single's 1,200 train tasks, ~2.8 s a step on 2 CPU cores) scored 90 of 120 on dev against
-    # 67 for session 29's 150 steps of 8 (one pass), with 6 dev refusals carried out against 1. GRPO's 15 steps
-    # (~25 s a step of 4 x 4 rollouts, plus 2-3 min of screening): 30 lost 8.3 dev points (session 7). The
-    # README's Results section names the latest timed run of these defaults and its command.
-    sft_steps: int = field(default=600, metadata={"help": "SFT steps when SFT is recommended"})
+    # Chosen on dev (docs/learning.md, sessions 39 and 46, H52 and H85): two passes at 4 rows a step (600 steps
+    # over workplace-single's 1,200 train tasks, ~3 s a step on 2 CPU cores) scored 90 of 120 on dev against 67
+    # for session 29's 150 steps of 8 (one pass), with 6 dev refusals carried out against 1. In passes, not
+    # steps, so a pack of its own gets two passes too. GRPO's 15 steps (~25 s a step of 4 x 4 rollouts, plus 2-3
+    # min of screening): 30 lost 8.3 dev points (session 7). The README's Results section names the latest timed
+    # run of these defaults and its command.
+    sft_steps: int | None = field(default=None, metadata={
+        "help": "SFT steps when SFT is recommended; None = sft_passes over the pack's `train` split"})
+    sft_passes: float = field(default=2.0, metadata={
+        "help": "passes SFT takes over the pack's `train` split when no step count is given"})
     sft_batch_size: int = field(default=4, metadata={"help": "SFT rows per step"})
     grpo_steps: int = field(default=15, metadata={"help": "GRPO steps"})
     strict: bool = field(default=STRICT_BY_DEFAULT, metadata={
@@ -61,6 +65,12 @@ class PipelineSettings:
         if self.quick:
             self.eval_limit = min(self.eval_limit or QUICK_EVAL_LIMIT, QUICK_EVAL_LIMIT)
             self.sft_steps, self.grpo_steps = QUICK_SFT_STEPS, QUICK_GRPO_STEPS
+
+    def sft_steps_for(self, train_rows: int) -> int:
+        """SFT's steps: the given count, else sft_passes over `train_rows` rows at sft_batch_size a step."""
+        if self.sft_steps is not None:
+            return self.sft_steps
+        return max(1, round(self.sft_passes * -(-train_rows // self.sft_batch_size)))
 
     def grpo_args(self) -> list[str]:
         """A quick run screens a sample of GRPO's pool, not all of it, and samples one prompt's group a step
@@ -133,17 +143,21 @@ def _common_args(s: PipelineSettings, workspace: Any) -> list[str]:
             "--strict" if s.strict else "--no-strict"]
 
 
-def check_inputs(s: PipelineSettings) -> None:
-    """Refuse an unknown pack or model in one sentence before any stage starts (no model loads here)."""
+def check_inputs(s: PipelineSettings) -> Any:
+    """Refuse an unknown pack or model in one sentence before any stage starts (no model loads here); the pack."""
     from appliance.models import require_available
     from appliance.packs import load_pack
 
-    load_pack(s.pack, root=s.tasks_root)
+    pack = load_pack(s.pack, root=s.tasks_root)
     require_available(s.model)
+    return pack
 
 
 def run_pipeline(s: PipelineSettings, *, workspace: Any, sink: EventSink = null_sink) -> PipelineResult:
-    check_inputs(s)
+    pack = check_inputs(s)
+    if not 0 < s.sft_passes < float("inf"):
+        raise ApplianceError(f"sft_passes must be a positive number of passes, not {s.sft_passes!r}.")
+    s = replace(s, sft_steps=s.sft_steps_for(len(pack.tasks("train"))))  # recorded with the run as a number
     run_id = workspace.new_id("pipeline")
     sink(RunStarted(run_id=run_id, kind="pipeline", config=asdict(s)))
     result = PipelineResult(lines=[])

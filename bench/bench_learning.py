@@ -19,6 +19,7 @@ Prints `name: value` lines (`<split>_<stage>_<metric>`), then a Markdown table p
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import tempfile
 import time
@@ -37,7 +38,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=run.model)
     parser.add_argument("--pack", default=run.pack)
-    parser.add_argument("--sft-steps", type=int, default=run.sft_steps)
+    parser.add_argument("--sft-steps", type=int, default=run.sft_steps, help="default: --sft-passes over `train`")
+    parser.add_argument("--sft-passes", type=float, default=run.sft_passes)
     parser.add_argument("--sft-batch-size", type=int, default=run.sft_batch_size)
     parser.add_argument("--grpo-steps", type=int, default=run.grpo_steps)
     parser.add_argument("--eval-splits", default="dev,val", help="comma-separated held-out splits to evaluate on")
@@ -58,6 +60,8 @@ def main() -> None:
     missing = [s for s in splits if s not in pack.splits]
     if missing:
         parser.error(f"pack {args.pack} has no split {', '.join(missing)}; it has {', '.join(pack.splits)}")
+    sft_steps = dataclasses.replace(run, sft_steps=args.sft_steps, sft_passes=args.sft_passes,
+                                    sft_batch_size=args.sft_batch_size).sft_steps_for(len(pack.tasks("train")))
     tmp = tempfile.mkdtemp(prefix="bench-learning-")
     ws = Workspace.open(os.path.join(tmp, "runs"))
     common = {"model": args.model, "pack": args.pack, "output": os.path.join(tmp, "checkpoints"),
@@ -74,7 +78,7 @@ def main() -> None:
     evaluate_all("baseline", None)
     t0 = time.perf_counter()
     sft_adapter = args.sft_adapter or run_sft(
-        TrainConfig(stage="sft", steps=args.sft_steps, eval_every=args.sft_steps,
+        TrainConfig(stage="sft", steps=sft_steps, eval_every=sft_steps,
                     batch_size=args.sft_batch_size, **common), workspace=ws).final_adapter
     seconds["sft_train_s"] = 0.0 if args.sft_adapter else time.perf_counter() - t0
     evaluate_all("sft", sft_adapter)

@@ -170,6 +170,7 @@ CASES = {
     "run baseline-k zero": (["run", "--baseline-k", "0"], "--baseline-k"),
     "run eval-limit zero": (["run", "--eval-limit", "0"], "--eval-limit"),
     "run sft-steps negative": (["run", "--sft-steps", "-1"], "--sft-steps"),
+    "run sft-passes zero": (["run", "--sft-passes", "0"], "--sft-passes"),
     "run sft-batch-size zero": (["run", "--sft-batch-size", "0"], "--sft-batch-size"),
     "run unknown pack": (["run", "--pack", "no-such-pack"], "no-such-pack"),
     "run unknown hub model": (["run", "--model", "no/such-model"], "no/such-model"),

@@ -77,3 +77,15 @@ def test_killing_the_pipeline_ends_its_running_stage(tmp_path):
         time.sleep(0.1)
     os.kill(child, signal.SIGKILL)
     raise AssertionError("the stage child outlived the pipeline")
+
+
+def test_sft_takes_two_passes_over_each_packs_train_split_unless_given_steps():
+    from appliance.packs import load_pack
+    from appliance.pipeline import PipelineSettings
+
+    s = PipelineSettings()
+    steps = {name: s.sft_steps_for(len(load_pack(name).tasks("train"))) for name in ("workplace-single", "tracker")}
+    assert steps == {"workplace-single": 600, "tracker": 176}  # 1,200 and 352 rows, 4 a step, twice
+    assert PipelineSettings(sft_steps=150, sft_batch_size=8).sft_steps_for(1200) == 150
+    assert PipelineSettings(sft_passes=0.5).sft_steps_for(10) == 2  # 3 batches of 4, half of them rounded
+    assert PipelineSettings(quick=True).sft_steps_for(1200) == 4
