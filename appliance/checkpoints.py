@@ -179,22 +179,26 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
     return Checkpoint(Path(path), load_manifest(path))
 
 
-def answer_tokens_of(adapter: str | Path | None) -> int:
+def answer_tokens_of(adapter: str | Path | None, _seen: frozenset[Path] = frozenset()) -> int:
     """The generation budget an adapter's answers need (an adapter trained with policy or time checks writes a
-    `<think>` block first): its manifest's `answer_tokens`; for a manifest written before that field, its own
-    checks, else its start's (`init_adapter`) while that folder is there; the plain budget for the base model or
-    a folder without a manifest."""
-    seen: set[Path] = set()
-    while adapter and Path(adapter) not in seen and (Path(adapter) / MANIFEST).is_file():
-        seen.add(Path(adapter))
-        manifest = load_manifest(adapter)
-        if "answer_tokens" in manifest:
-            return int(manifest["answer_tokens"])
-        config = manifest.get("config") or {}
-        if config.get("policy_checks") or config.get("time_checks"):
-            return answer_tokens(checked=True)
-        adapter = config.get("init_adapter")
-    return answer_tokens()
+    `<think>` block first): its manifest's `answer_tokens`, or for a manifest written before that field what its
+    run's config implies (answer_tokens_for); the plain budget for the base model, a folder without a manifest,
+    or a chain of starts that comes back on itself."""
+    path = Path(adapter) if adapter else None
+    if path is None or path in _seen or not (path / MANIFEST).is_file():
+        return answer_tokens()
+    manifest = load_manifest(path)
+    if "answer_tokens" in manifest:
+        return int(manifest["answer_tokens"])
+    return answer_tokens_for(manifest.get("config") or {}, _seen | {path})
+
+
+def answer_tokens_for(config: dict[str, Any], _seen: frozenset[Path] = frozenset()) -> int:
+    """The budget a training run's answers need, from its config: room for a check when SFT teaches one, else
+    its start's (`init_adapter`)."""
+    if config.get("policy_checks") or config.get("time_checks"):
+        return answer_tokens(checked=True)
+    return answer_tokens_of(config.get("init_adapter"), _seen)
 
 
 def list_checkpoints(root: str | Path = "checkpoints", run_id: str | None = None) -> list[Checkpoint]:

@@ -144,10 +144,13 @@ def _common_args(s: PipelineSettings, workspace: Any) -> list[str]:
 
 
 def check_inputs(s: PipelineSettings) -> Any:
-    """Refuse an unknown pack or model in one sentence before any stage starts (no model loads here); the pack."""
+    """Refuse an unknown pack or model, or no SFT passes, in one sentence before any stage starts (no model loads
+    here); the pack."""
     from appliance.models import require_available
     from appliance.packs import load_pack
 
+    if not 0 < s.sft_passes < float("inf"):
+        raise ApplianceError(f"sft_passes must be a positive number of passes, not {s.sft_passes!r}.")
     pack = load_pack(s.pack, root=s.tasks_root)
     require_available(s.model)
     return pack
@@ -155,8 +158,6 @@ def check_inputs(s: PipelineSettings) -> Any:
 
 def run_pipeline(s: PipelineSettings, *, workspace: Any, sink: EventSink = null_sink) -> PipelineResult:
     pack = check_inputs(s)
-    if not 0 < s.sft_passes < float("inf"):
-        raise ApplianceError(f"sft_passes must be a positive number of passes, not {s.sft_passes!r}.")
     s = replace(s, sft_steps=s.sft_steps_for(len(pack.tasks("train"))))  # recorded with the run as a number
     run_id = workspace.new_id("pipeline")
     sink(RunStarted(run_id=run_id, kind="pipeline", config=asdict(s)))

@@ -438,12 +438,10 @@ class TrainConfig:
 
     def answer_budget(self) -> int:
         """The generation budget this run's answers need: room for the `<think>` block SFT teaches with checks,
-        else its start's budget (appliance.checkpoints.answer_tokens_of; the plain one without init_adapter)."""
-        from ..checkpoints import answer_tokens_of
+        else its start's budget (appliance.checkpoints.answer_tokens_for)."""
+        from ..checkpoints import answer_tokens_for
 
-        if self.policy_checks or self.time_checks:
-            return answer_tokens(checked=True)
-        return answer_tokens_of(self.init_adapter)
+        return answer_tokens_for(self.to_dict())
 
     @property
     def target_modules(self) -> str | list[str]:
