@@ -232,6 +232,7 @@ _TRAIN_FLAGS = (  # (flag, TrainConfig field, type, the stages that take it; Non
     ("--epochs", "epochs", float, ("sft",)), ("--policy-checks", "policy_checks", bool, ("sft",)),
     ("--time-checks", "time_checks", bool, ("sft",)),
     ("--missing-tool-share", "missing_tool_share", float, ("sft",)),
+    ("--missing-tool-listing", "missing_tool_listing", str, ("sft",)),
     ("--decision-weight", "decision_weight", float, ("sft",)),
     ("--batch-size", "batch_size", int, ("sft", "dpo")),
     ("--preset", "preset", str, ("grpo",)), ("--num-generations", "num_generations", int, ("grpo",)),

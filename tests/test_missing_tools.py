@@ -71,3 +71,43 @@ def test_the_share_picks_a_stable_subset(pack, tiny_model_dir):
 def test_a_share_outside_0_to_1_is_one_sentence(share):
     with pytest.raises(ApplianceError, match="missing_tool_share must be a share from 0 to 1"):
         TrainConfig(stage="sft", missing_tool_share=share).validate()
+
+
+def test_the_other_listing_shows_a_domain_the_request_does_not_use(pack, tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    from appliance.train.sft import sft_rows
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    own = sft_rows(pack, tokenizer, "dev", missing_tool_share=0.5)
+    other = sft_rows(pack, tokenizer, "dev", missing_tool_share=0.5, missing_tool_listing="other")
+    own_extra = {r["task_id"] for r in own if r["completion"] == MISSING_TOOL_TEXT}
+    other_extra = {r["task_id"] for r in other if r["completion"] == MISSING_TOOL_TEXT}
+    # the same picks, another listing; a lone directory lookup keeps a listing here (another domain's)
+    assert own_extra < other_extra and other[:len(own) - len(own_extra)] == own[:len(own) - len(own_extra)]
+    by_id = {t.id: t for t in pack.tasks("dev")}
+    extra = [r for r in other if r["completion"] == MISSING_TOOL_TEXT]
+    assert len(extra) > 20
+    for row in extra:
+        task = by_id[row["task_id"]]
+        own_names = {t["function"]["name"] for t in pack.tools_for(task)} - {"company_directory_find_email_address"}
+        shown = {t["function"]["name"] for t in pack.other_domain_tools(task)}
+        assert not own_names & shown, task.id  # nothing of the request's own domain is listed
+        for name in shown - {call.name for call in task.expected}:
+            assert f"- {name}(" in row["prompt"], (task.id, name)
+        assert not any(f"- {call.name}(" in row["prompt"] for call in task.expected)
+
+
+def test_the_other_listing_needs_a_pack_that_lists_tools_by_domain(tmp_path):
+    from appliance.train.sft import run_sft
+
+    config = TrainConfig(stage="sft", pack=str(ROOT / "tasks" / "bfcl"), missing_tool_share=0.2,
+                         missing_tool_listing="other", workspace=str(tmp_path / "ws"))
+    with pytest.raises(ApplianceError, match="does not list its tools by domain"):
+        run_sft(config)
+    assert not (tmp_path / "ws").exists() or not any((tmp_path / "ws").iterdir())  # refused before the run starts
+
+
+def test_an_unknown_listing_is_one_sentence():
+    with pytest.raises(ApplianceError, match="missing_tool_listing must be one of own, other"):
+        TrainConfig(stage="sft", missing_tool_listing="foreign").validate()

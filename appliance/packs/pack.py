@@ -89,12 +89,24 @@ class Pack:
             return list(task.tools)
         if self.manifest["tool_selection"] != "domain":
             return self.tools
-        domains = task.tags.get("domains") or [task.tags.get("domain")]
-        prefixes = tuple(f"{d}_" for d in domains if d and d not in ("none", "multi_domain"))
-        if not prefixes:
-            prefixes = (f"{_stable_choice(TOOL_DOMAINS, task.id)}_",)
-        return [t for t in self.tools
-                if t["function"]["name"].startswith(prefixes + ("company_directory_",))]
+        domains = _task_domains(task)
+        if not domains:
+            domains = (_stable_choice(TOOL_DOMAINS, task.id),)
+        return self._domain_listing(domains)
+
+    def other_domain_tools(self, task: Task) -> list[dict[str, Any]]:
+        """The listing a task of another domain would see: one domain `task` does not use (a stable pick by its id)
+        plus the directory. Only for packs that list tools by domain (`tool_selection = "domain"`)."""
+        if task.tools is not None or self.manifest["tool_selection"] != "domain":
+            raise PackError(f"pack '{self.name}' does not list its tools by domain, so it has no other domain's "
+                            f"listing to show (its manifest's tool_selection is "
+                            f"'{self.manifest['tool_selection']}').")
+        others = tuple(d for d in TOOL_DOMAINS if d not in _task_domains(task))
+        return self._domain_listing((_stable_choice(others, f"other-domain:{task.id}"),))
+
+    def _domain_listing(self, domains: tuple[str, ...]) -> list[dict[str, Any]]:
+        prefixes = tuple(f"{d}_" for d in domains) + ("company_directory_",)
+        return [t for t in self.tools if t["function"]["name"].startswith(prefixes)]
 
     def tasks(self, split: str) -> list[Task]:
         if split not in self._split_rows:
@@ -256,6 +268,12 @@ def _raise_leak(collisions: list[Any], rows: list[tuple[int, Task]], train: list
         f"'{eval_task.id}' {how} {manifest['splits'][train_split]} line {train_line}; "
         f"held-out requests must not leak from training splits ({len(collisions)} such rows in {split})."
     )
+
+
+def _task_domains(task: Task) -> tuple[str, ...]:
+    """The tool domains a task's tags name (none for chit-chat, a refusal or a multi-domain row without a list)."""
+    domains = task.tags.get("domains") or [task.tags.get("domain")]
+    return tuple(d for d in domains if d and d not in ("none", "multi_domain"))
 
 
 def _stable_choice(options: tuple[str, ...], key: str) -> str:

@@ -45,6 +45,9 @@ from ..generate.strict import STRICT_BY_DEFAULT, STRICT_HELP
 from ..packs.manifest import EVAL_SPLITS, TRAIN_SPLITS
 from ..prompting import ANSWER_TOKENS, MISSING_TOOL_TEXT, answer_tokens
 
+# What SFT's missing-tool rows list (TrainConfig.missing_tool_listing).
+MISSING_TOOL_LISTINGS = ("own", "other")
+
 BACKENDS = ("auto", "cpu", "unsloth")
 STAGES = ("sft", "grpo", "dpo")
 # GRPO: every task of its pool, the most uncertain ones, or the most uncertain of each template in turn (screen.py)
@@ -215,6 +218,10 @@ class TrainConfig:
         f"call left out of the listing and a plain decline as the answer (`{MISSING_TOOL_TEXT}`), so "
         "the adapter learns to check that a tool fits before calling one (BFCL's irrelevance rows ask that); "
         "a stable hash of the task id picks them; 0 = off."))
+    missing_tool_listing: str = field(default="own", metadata=_help(
+        "SFT, with --missing-tool-share: what the extra rows list instead of the tools the request calls. "
+        "own = the request's own listing less those tools; other = the listing of a domain the request does "
+        "not use, as in BFCL's irrelevance rows (packs that list tools by domain, such as the WorkBench ones)."))
     # Off by default: on dev (session 33, docs/learning.md) 10 on the ten-layer adapter made it call on every
     # request (68 -> 46 of 120, unsafe 1 -> 11), and 4 with LoRA on every layer left each kind all one way (43).
     decision_weight: float = field(default=1.0, metadata=_help(
@@ -358,6 +365,9 @@ class TrainConfig:
             if not 0 <= self.missing_tool_share <= 1:
                 raise ApplianceError(f"missing_tool_share must be a share from 0 to 1, "
                                      f"not {self.missing_tool_share!r}.")
+            if self.missing_tool_listing not in MISSING_TOOL_LISTINGS:
+                raise ApplianceError(f"missing_tool_listing must be one of {', '.join(MISSING_TOOL_LISTINGS)}, "
+                                     f"not {self.missing_tool_listing!r}.")
         if self.stage == "grpo":
             for name in ("prompts_per_step", "max_completion_tokens"):
                 if getattr(self, name) is not None and getattr(self, name) < 1:

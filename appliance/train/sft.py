@@ -25,7 +25,8 @@ from .successes import SUCCESSES_FILE, saved_successes, success_rows, successes_
 
 
 def sft_rows(pack: Any, tokenizer: Any, split: str = "train", policy_checks: bool = False,
-             missing_tool_share: float = 0.0, time_checks: bool = False) -> list[dict[str, str]]:
+             missing_tool_share: float = 0.0, time_checks: bool = False,
+             missing_tool_listing: str = "own") -> list[dict[str, str]]:
     """One prompt/completion pair per task of `split`; with `policy_checks` (recipients) or `time_checks`
     (meeting times), a check block before the answer; with `missing_tool_share`, that share of the calling tasks
     once more without their tools (missing_tool_rows)."""
@@ -41,12 +42,14 @@ def sft_rows(pack: Any, tokenizer: Any, split: str = "train", policy_checks: boo
 
     rows = [{"prompt": prompt_for(pack, tokenizer, task), "completion": completion(task), "task_id": task.id}
             for task in tasks]
-    return rows + missing_tool_rows(pack, tokenizer, tasks, missing_tool_share)
+    return rows + missing_tool_rows(pack, tokenizer, tasks, missing_tool_share, missing_tool_listing)
 
 
-def missing_tool_rows(pack: Any, tokenizer: Any, tasks: list[Any], share: float) -> list[dict[str, str]]:
+def missing_tool_rows(pack: Any, tokenizer: Any, tasks: list[Any], share: float,
+                      listing: str = "own") -> list[dict[str, str]]:
     """For a stable `share` of the tasks that call a tool: the same request with every tool it calls left out of
-    the listing, answered with MISSING_TOOL_TEXT. Tasks whose listing would be empty are skipped."""
+    the listing (`listing` "own": the task's own listing; "other": another domain's, Pack.other_domain_tools),
+    answered with MISSING_TOOL_TEXT. Tasks whose listing would be empty are skipped."""
     from ..prompting import MISSING_TOOL_TEXT
 
     rows = []
@@ -54,7 +57,8 @@ def missing_tool_rows(pack: Any, tokenizer: Any, tasks: list[Any], share: float)
         if not task.expected or _stable_fraction(task.id) >= share:
             continue
         called = {call.name for call in task.expected}
-        tools = [tool for tool in tools_shown(pack, task) if tool["function"]["name"] not in called]
+        shown = pack.other_domain_tools(task) if listing == "other" else tools_shown(pack, task)
+        tools = [tool for tool in shown if tool["function"]["name"] not in called]
         if tools:
             rows.append({"prompt": prompt_for(pack, tokenizer, task, tools),
                          "completion": MISSING_TOOL_TEXT, "task_id": task.id})
@@ -142,6 +146,14 @@ def refuse_time_checks_without_hours(config: TrainConfig, pack: Any) -> None:
                              f"'{pack.world}', which declares none (leave --time-checks off).")
 
 
+def refuse_other_listing_without_domains(config: TrainConfig, pack: Any) -> None:
+    """Refuse `missing_tool_listing = "other"` for a pack that does not list tools by domain, before the run."""
+    if config.missing_tool_share > 0 and config.missing_tool_listing == "other":
+        if pack.manifest["tool_selection"] != "domain":
+            raise ApplianceError(f"missing_tool_listing 'other' shows another domain's tools; pack '{pack.name}' "
+                                 f"does not list its tools by domain (use --missing-tool-listing own).")
+
+
 def run_sft(config: TrainConfig, *, sink: EventSink = null_sink,
             on_eval: Callable[..., dict] | None = None, pack: Any = None, workspace: Any = None) -> TrainResult:
     """Train a LoRA with SFT on `config.pack`'s `train` split (or `config.train_split`): the pack's answers, or with
@@ -152,9 +164,11 @@ def run_sft(config: TrainConfig, *, sink: EventSink = null_sink,
     config = dataclasses.replace(config, stage="sft")
     selection = None
     successes_first = config.successes_from and not config.resume_from
-    if pack is None and (config.time_checks or successes_first):  # refused before the run starts and a model loads
-        pack = _load_pack(config.pack)
+    other_listing = config.missing_tool_share > 0 and config.missing_tool_listing == "other"
+    if pack is None and (config.time_checks or successes_first or other_listing):  # refused before the run starts
+        pack = _load_pack(config.pack)                                                # and a model loads
     refuse_time_checks_without_hours(config, pack)
+    refuse_other_listing_without_domains(config, pack)
     if successes_first:
         workspace = workspace or _open_workspace(config.workspace)
         selection = successes_or_fail(config, pack, workspace)
@@ -169,7 +183,7 @@ def run_sft(config: TrainConfig, *, sink: EventSink = null_sink,
         rows = success_rows(run.pack, tokenizer, selection)
     else:
         rows = sft_rows(run.pack, tokenizer, split, run.config.policy_checks, run.config.missing_tool_share,
-                        run.config.time_checks)
+                        run.config.time_checks, run.config.missing_tool_listing)
     dataset = Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]} for r in rows])
     args = sft_args(run.config, run, len(rows))
     callback = build_callback(run, recorder=None, on_eval=on_eval)
