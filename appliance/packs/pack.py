@@ -87,17 +87,22 @@ class Pack:
         """
         if task.tools is not None:
             return list(task.tools)
-        if self.manifest["tool_selection"] != "domain":
+        if not self.lists_tools_by_domain:
             return self.tools
         domains = _task_domains(task)
         if not domains:
             domains = (_stable_choice(TOOL_DOMAINS, task.id),)
         return self._domain_listing(domains)
 
+    @property
+    def lists_tools_by_domain(self) -> bool:
+        """Whether a task is shown its domain's tools (`tool_selection = "domain"`) rather than all of them."""
+        return self.manifest["tool_selection"] == "domain"
+
     def other_domain_tools(self, task: Task) -> list[dict[str, Any]]:
         """The listing a task of another domain would see: one domain `task` does not use (a stable pick by its id)
         plus the directory. Only for packs that list tools by domain (`tool_selection = "domain"`)."""
-        if task.tools is not None or self.manifest["tool_selection"] != "domain":
+        if task.tools is not None or not self.lists_tools_by_domain:
             raise PackError(f"pack '{self.name}' does not list its tools by domain, so it has no other domain's "
                             f"listing to show (its manifest's tool_selection is "
                             f"'{self.manifest['tool_selection']}').")

@@ -445,6 +445,11 @@ class TrainConfig:
         return DEFAULT_LEARNING_RATE[self.stage]
 
     @property
+    def lists_other_domain(self) -> bool:
+        """Whether SFT's missing-tool rows are on and show another domain's tools (Pack.other_domain_tools)."""
+        return self.missing_tool_share > 0 and self.missing_tool_listing == "other"
+
+    @property
     def completion_tokens(self) -> int:
         """GRPO's sampling budget per turn: max_completion_tokens, else the start's answer budget."""
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.answer_budget()

@@ -148,10 +148,9 @@ def refuse_time_checks_without_hours(config: TrainConfig, pack: Any) -> None:
 
 def refuse_other_listing_without_domains(config: TrainConfig, pack: Any) -> None:
     """Refuse `missing_tool_listing = "other"` for a pack that does not list tools by domain, before the run."""
-    if config.missing_tool_share > 0 and config.missing_tool_listing == "other":
-        if pack.manifest["tool_selection"] != "domain":
-            raise ApplianceError(f"missing_tool_listing 'other' shows another domain's tools; pack '{pack.name}' "
-                                 f"does not list its tools by domain (use --missing-tool-listing own).")
+    if config.lists_other_domain and not pack.lists_tools_by_domain:
+        raise ApplianceError(f"missing_tool_listing 'other' shows another domain's tools; pack '{pack.name}' "
+                             f"does not list its tools by domain (use --missing-tool-listing own).")
 
 
 def run_sft(config: TrainConfig, *, sink: EventSink = null_sink,
@@ -164,9 +163,8 @@ def run_sft(config: TrainConfig, *, sink: EventSink = null_sink,
     config = dataclasses.replace(config, stage="sft")
     selection = None
     successes_first = config.successes_from and not config.resume_from
-    other_listing = config.missing_tool_share > 0 and config.missing_tool_listing == "other"
-    if pack is None and (config.time_checks or successes_first or other_listing):  # refused before the run starts
-        pack = _load_pack(config.pack)                                                # and a model loads
+    if pack is None and (config.time_checks or successes_first or config.lists_other_domain):
+        pack = _load_pack(config.pack)  # refused before the run starts and a model loads
     refuse_time_checks_without_hours(config, pack)
     refuse_other_listing_without_domains(config, pack)
     if successes_first:
