@@ -369,6 +369,8 @@ _RUN_FLAGS = (
     ("--baseline-k", "baseline_k", positive_int), ("--eval-limit", "eval_limit", positive_int),
     ("--sft-steps", "sft_steps", positive_int), ("--sft-passes", "sft_passes", positive_float),
     ("--sft-batch-size", "sft_batch_size", positive_int),
+    ("--sft-missing-tool-share", "sft_missing_tool_share", float),
+    ("--sft-missing-tool-listing", "sft_missing_tool_listing", str),
     ("--grpo-steps", "grpo_steps", positive_int),
     ("--strict", "strict", bool),
 )

@@ -17,12 +17,13 @@ import sys
 import threading
 import time
 from collections import deque
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from appliance.errors import ERROR_PREFIX, ApplianceError
 from appliance.generate.strict import STRICT_BY_DEFAULT, STRICT_HELP
 from appliance.interrupts import sigterm_as_interrupt
+from appliance.train.config import TrainConfig
 from appliance.events import (Event, EventSink, EvalFinished, RunFailed, RunFinished, RunStarted, null_sink,
                               parse_event)
 
@@ -33,6 +34,12 @@ QUICK_EVAL_LIMIT = 6  # held-out tasks per eval (the baseline, each stage's own 
 QUICK_SFT_STEPS, QUICK_GRPO_STEPS = 4, 2
 QUICK_SCREEN_LIMIT = 16  # tasks a --quick run screens for GRPO: enough to pick its 2, seconds not minutes
 QUICK_PROMPTS_PER_STEP = 1  # one group of rollouts a GRPO step
+_TRAIN_FIELDS = {f.name: f for f in fields(TrainConfig)}
+
+
+def _sft_option(name: str) -> Any:
+    """A field for one of the SFT stage's TrainConfig options, with its default and help from TrainConfig."""
+    return field(default=_TRAIN_FIELDS[name].default, metadata=_TRAIN_FIELDS[name].metadata)
 
 
 @dataclass
@@ -56,6 +63,8 @@ class PipelineSettings:
     sft_passes: float = field(default=2.0, metadata={
         "help": "passes SFT takes over the pack's `train` split when no step count is given"})
     sft_batch_size: int = field(default=4, metadata={"help": "SFT rows per step"})
+    sft_missing_tool_share: float = _sft_option("missing_tool_share")
+    sft_missing_tool_listing: str = _sft_option("missing_tool_listing")
     grpo_steps: int = field(default=15, metadata={"help": "GRPO steps"})
     strict: bool = field(default=STRICT_BY_DEFAULT, metadata={
         "help": f"{STRICT_HELP}: baseline, training and gate alike"})
@@ -144,14 +153,18 @@ def _common_args(s: PipelineSettings, workspace: Any) -> list[str]:
 
 
 def check_inputs(s: PipelineSettings) -> Any:
-    """Refuse an unknown pack or model, or no SFT passes, in one sentence before any stage starts (no model loads
-    here); the pack."""
+    """Refuse an unknown pack or model, no SFT passes, or SFT options the stage would refuse, in one sentence
+    before any stage starts (no model loads here); the pack."""
     from appliance.models import require_available
     from appliance.packs import load_pack
+    from appliance.train.sft import refuse_other_listing_without_domains
 
     if not 0 < s.sft_passes < float("inf"):
         raise ApplianceError(f"sft_passes must be a positive number of passes, not {s.sft_passes!r}.")
+    sft = TrainConfig(stage="sft", model=s.model, pack=s.pack, missing_tool_share=s.sft_missing_tool_share,
+                      missing_tool_listing=s.sft_missing_tool_listing)
     pack = load_pack(s.pack, root=s.tasks_root)
+    refuse_other_listing_without_domains(sft, pack)
     require_available(s.model)
     return pack
 
@@ -192,7 +205,8 @@ def run_pipeline(s: PipelineSettings, *, workspace: Any, sink: EventSink = null_
 def _train_stage(stage: str, s: PipelineSettings, workspace: Any, sink: EventSink, extra: list[str]) -> str:
     """One training child process; returns its final adapter folder."""
     steps = s.sft_steps if stage == "sft" else s.grpo_steps
-    batch = ["--batch-size", str(s.sft_batch_size)] if stage == "sft" else []
+    batch = ["--batch-size", str(s.sft_batch_size), "--missing-tool-share", str(s.sft_missing_tool_share),
+             "--missing-tool-listing", s.sft_missing_tool_listing] if stage == "sft" else []
     # A quick run checks the fit on as few training tasks as it evaluates held out.
     fit = ["--fit-limit", str(s.eval_limit)] if s.quick else []
     args = ["train", stage, "--model", s.model, "--pack", s.pack, "--steps", str(steps), "--eval-every", str(steps),

@@ -172,6 +172,12 @@ CASES = {
     "run sft-steps negative": (["run", "--sft-steps", "-1"], "--sft-steps"),
     "run sft-passes zero": (["run", "--sft-passes", "0"], "--sft-passes"),
     "run sft-batch-size zero": (["run", "--sft-batch-size", "0"], "--sft-batch-size"),
+    "run sft missing-tool share above 1": (["run", "--sft-missing-tool-share", "1.5"], "missing_tool_share"),
+    "run sft unknown missing-tool listing": (["run", "--sft-missing-tool-listing", "foreign"],
+                                             "missing_tool_listing"),
+    "run sft other listing on a pack without domains": (
+        ["run", "--pack", "tracker", "--sft-missing-tool-share", "0.2", "--sft-missing-tool-listing", "other"],
+        "does not list its tools by domain"),
     "run unknown pack": (["run", "--pack", "no-such-pack"], "no-such-pack"),
     "run unknown hub model": (["run", "--model", "no/such-model"], "no/such-model"),
     "unknown command": (["frobnicate"], "frobnicate"),

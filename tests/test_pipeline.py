@@ -15,7 +15,8 @@ def test_quick_pipeline_runs_every_stage_and_stores_the_decision(tiny_model_dir,
     proc = subprocess.run(
         [sys.executable, "-m", "appliance", "run", "--quick", "--model", str(tiny_model_dir),
          "--workspace", str(ws_path), "--checkpoints", str(tmp_path / "checkpoints"),
-         "--sft-batch-size", "2", "--strict" if strict else "--no-strict"],
+         "--sft-batch-size", "2", "--sft-missing-tool-share", "0.5", "--sft-missing-tool-listing", "other",
+         "--strict" if strict else "--no-strict"],
         capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "recommendation: sft" in proc.stdout
@@ -25,8 +26,10 @@ def test_quick_pipeline_runs_every_stage_and_stores_the_decision(tiny_model_dir,
     ws = Workspace.open(ws_path)
     _, kinds = ws.query("SELECT kind, status FROM runs ORDER BY started_at")
     assert ("sft", "finished") in kinds and ("grpo", "finished") in kinds
-    _, sft_batch = ws.query("SELECT CAST(config->>'$.batch_size' AS INTEGER) FROM runs WHERE kind = 'sft'")
-    assert sft_batch == [(2,)]  # the run's --sft-batch-size reaches its SFT stage
+    _, sft_options = ws.query("SELECT CAST(config->>'$.batch_size' AS INTEGER), "
+                              "CAST(config->>'$.missing_tool_share' AS DOUBLE), config->>'$.missing_tool_listing' "
+                              "FROM runs WHERE kind = 'sft'")
+    assert sft_options == [(2, 0.5, "other")]  # the run's --sft-* options reach its SFT stage
     _, rollouts = ws.query("SELECT count(*), count(DISTINCT step) FROM rollouts")
     assert rollouts[0][0] > 0 and rollouts[0][1] == 2
     _, evals = ws.query("SELECT count(*), count(*) FILTER (metrics->>'$.strict' = ?) FROM evals "

@@ -221,7 +221,7 @@ class TrainConfig:
         "the adapter learns to check that a tool fits before calling one (BFCL's irrelevance rows ask that); "
         "a stable hash of the task id picks them; 0 = off."))
     missing_tool_listing: str = field(default="own", metadata=_help(
-        "SFT, with --missing-tool-share: what the extra rows list instead of the tools the request calls. "
+        "SFT, with a missing-tool share above 0: what the extra rows list instead of the tools the request calls. "
         "own = the request's own listing less those tools; other = the listing of a domain the request does "
         "not use, as in BFCL's irrelevance rows (packs that list tools by domain, such as the WorkBench ones)."))
     # Off by default: on dev (session 33, docs/learning.md) 10 on the ten-layer adapter made it call on every
