@@ -23,9 +23,9 @@ from typing import Any
 from appliance.errors import ERROR_PREFIX, ApplianceError
 from appliance.generate.strict import STRICT_BY_DEFAULT, STRICT_HELP
 from appliance.interrupts import sigterm_as_interrupt
-from appliance.train.config import TrainConfig
 from appliance.events import (Event, EventSink, EvalFinished, RunFailed, RunFinished, RunStarted, null_sink,
                               parse_event)
+from appliance.train.config import TrainConfig
 
 
 STAGE_STOP_S = 120  # after Ctrl-C or kill, how long a stage may take to store what it finished
