@@ -232,7 +232,7 @@ _TRAIN_FLAGS = (  # (flag, TrainConfig field, type, the stages that take it; Non
     ("--epochs", "epochs", float, ("sft",)), ("--policy-checks", "policy_checks", bool, ("sft",)),
     ("--time-checks", "time_checks", bool, ("sft",)),
     ("--missing-tool-share", "missing_tool_share", float, ("sft",)),
-    ("--missing-tool-listing", "missing_tool_listing", str, ("sft",)),
+    ("--missing-tool-listing", "missing_tool_listing", str, ("sft", "dpo")),
     ("--decision-weight", "decision_weight", float, ("sft",)),
     ("--batch-size", "batch_size", int, ("sft", "dpo")),
     ("--preset", "preset", str, ("grpo",)), ("--num-generations", "num_generations", int, ("grpo",)),
@@ -252,7 +252,7 @@ _TRAIN_FLAGS = (  # (flag, TrainConfig field, type, the stages that take it; Non
     ("--resample-flat-groups", "resample_flat_groups", int, ("grpo",)),
     ("--strict", "strict", bool, None),
     ("--sft-anchor", "sft_anchor", float, ("grpo",)), ("--sft-anchor-batch", "sft_anchor_batch", int, ("grpo",)),
-    ("--pairs-from", "pairs_from", str, ("dpo",)), ("--pairs-per-task", "pairs_per_task", int, ("dpo",)),
+    ("--pairs-source", "pairs_source", str, ("dpo",)), ("--pairs-from", "pairs_from", str, ("dpo",)), ("--pairs-per-task", "pairs_per_task", int, ("dpo",)),
     ("--min-pairs", "min_pairs", int, ("dpo",)), ("--reference-pairs", "reference_pairs", bool, ("dpo",)),
     ("--rpo-alpha", "rpo_alpha", float, ("dpo",)),
     ("--reject-first-difference", "reject_first_difference", bool, ("dpo",)),
@@ -261,7 +261,7 @@ _TRAIN_FLAGS = (  # (flag, TrainConfig field, type, the stages that take it; Non
 # What each stage trains on, for its help line.
 _STAGE_HELP = {"sft": "SFT with LoRA on the pack's `train` split",
                "grpo": "GRPO with LoRA on the pack's `train_rl` (or `train`) split",
-               "dpo": "DPO with LoRA on pairs of stored samples of the pack's `train` tasks"}
+               "dpo": "DPO with LoRA on pairs of the pack's `train` tasks (stored samples, or its answers in two listings)"}
 
 
 def train_flag(field_name: str) -> str:
@@ -279,12 +279,13 @@ def train_flag_stages(field_name: str) -> tuple[str, ...]:
 def _train_choices() -> dict[str, list[str]]:
     from appliance.packs.manifest import EVAL_SPLITS, TRAIN_SPLITS
     from appliance.rewards import SCHEMES
-    from appliance.train.config import BACKENDS, OPTIMIZERS, REWARD_SCALINGS, TASK_SELECTIONS
+    from appliance.train.config import BACKENDS, OPTIMIZERS, PAIR_SOURCES, REWARD_SCALINGS, TASK_SELECTIONS
     from appliance.train.presets import PRESETS
 
     return {"backend": list(BACKENDS), "train_split": list(TRAIN_SPLITS), "eval_split": list(EVAL_SPLITS),
             "preset": list(PRESETS), "reward": list(SCHEMES), "task_selection": list(TASK_SELECTIONS),
-            "scale_rewards": list(REWARD_SCALINGS), "optimizer": list(OPTIMIZERS)}
+            "scale_rewards": list(REWARD_SCALINGS), "optimizer": list(OPTIMIZERS),
+            "pairs_source": list(PAIR_SOURCES)}
 
 
 def _add_train(sub: argparse._SubParsersAction) -> None:

@@ -157,7 +157,7 @@ def check_inputs(s: PipelineSettings) -> Any:
     before any stage starts (no model loads here); the pack."""
     from appliance.models import require_available
     from appliance.packs import load_pack
-    from appliance.train.sft import refuse_other_listing_without_domains
+    from appliance.train.common import refuse_other_listing_without_domains
 
     if not 0 < s.sft_passes < float("inf"):
         raise ApplianceError(f"sft_passes must be a positive number of passes, not {s.sft_passes!r}.")

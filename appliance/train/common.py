@@ -450,6 +450,21 @@ def tools_shown(pack: Any, task: Any) -> list[dict[str, Any]]:
     return tools_for(task) if tools_for is not None else pack.tools
 
 
+def listing_without_called(pack: Any, task: Any, listing: str = "own") -> list[dict[str, Any]]:
+    """The listing of `task` with every tool it calls left out: its own (`own`) or another domain's (`other`,
+    Pack.other_domain_tools). What SFT's missing-tool rows and DPO's listing pairs show with a decline."""
+    called = {call.name for call in task.expected}
+    shown = pack.other_domain_tools(task) if listing == "other" else tools_shown(pack, task)
+    return [tool for tool in shown if tool["function"]["name"] not in called]
+
+
+def refuse_other_listing_without_domains(config: Any, pack: Any) -> None:
+    """Refuse `missing_tool_listing = "other"` for a pack that does not list tools by domain, before the run."""
+    if config.lists_other_domain and not pack.lists_tools_by_domain:
+        raise ApplianceError(f"missing_tool_listing 'other' shows another domain's tools; pack '{pack.name}' "
+                             f"does not list its tools by domain (use --missing-tool-listing own).")
+
+
 def prompt_for(pack: Any, tokenizer: Any, task: Any, tools: list[dict[str, Any]] | None = None) -> str:
     """The exact prompt eval uses (appliance.evaluate renders it the same way); `tools` replaces the listing."""
     from ..prompting import render_prompt

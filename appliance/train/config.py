@@ -47,6 +47,8 @@ from ..prompting import ANSWER_TOKENS, MISSING_TOOL_TEXT, answer_tokens
 
 # What SFT's missing-tool rows list (TrainConfig.missing_tool_listing).
 MISSING_TOOL_LISTINGS = ("own", "other")
+# Where DPO's pairs come from (TrainConfig.pairs_source): the store's samples, or the pack's answers in two listings.
+PAIR_SOURCES = ("samples", "listing")
 
 BACKENDS = ("auto", "cpu", "unsloth")
 STAGES = ("sft", "grpo", "dpo")
@@ -222,7 +224,8 @@ class TrainConfig:
         "the adapter learns to check that a tool fits before calling one (BFCL's irrelevance rows ask that); "
         "a stable hash of the task id picks them; 0 = off."))
     missing_tool_listing: str = field(default="own", metadata=_help(
-        "SFT, with a missing-tool share above 0: what the extra rows list instead of the tools the request calls. "
+        "SFT, with a missing-tool share above 0 (DPO, with listing pairs): what the extra rows (the declining "
+        "pairs) list instead of the tools the request calls. "
         "own = the request's own listing less those tools; other = the listing of a domain the request does "
         "not use, as in BFCL's irrelevance rows (packs that list tools by domain, such as the WorkBench ones)."))
     # Off by default: on dev (session 33, docs/learning.md) 10 on the ten-layer adapter made it call on every
@@ -296,6 +299,11 @@ class TrainConfig:
         "expected tool, right arguments or not, or declining where no call is due) or arguments (binary with +0.5 "
         "times the share of the expected arguments given right, a missing or an extra one costing); None = the "
         "pack's."))
+    pairs_source: str = field(default="samples", metadata=_help(
+        "DPO: where the pairs come from. samples = the store's samples (--pairs-from); listing = the pack alone: "
+        "each tool-calling training task twice, with its own listing (its expected calls chosen over a plain "
+        "decline) and with the tools it calls left out (--missing-tool-listing; the decline chosen over the "
+        "calls), so the act-or-decline choice is taught as a contrast of listings."))
     pairs_from: str | None = field(default=None, metadata=_help(
         "DPO: the run id (its rollouts and the evals it ran) or eval id whose stored samples become preference "
         "pairs; None = every run and eval of the pack in the workspace. Only training-split tasks are paired."))
@@ -386,6 +394,12 @@ class TrainConfig:
             for name in ("pairs_per_task", "min_pairs"):
                 if getattr(self, name) < 1:
                     raise ApplianceError(f"{name} must be at least 1, not {getattr(self, name)!r}.")
+            if self.pairs_source not in PAIR_SOURCES:
+                raise ApplianceError(f"pairs_source must be one of {', '.join(PAIR_SOURCES)}, "
+                                     f"not {self.pairs_source!r}.")
+            if self.pairs_source == "listing" and self.pairs_from is not None:
+                raise ApplianceError("pairs_from names stored samples to pair; listing pairs are built from the "
+                                     "pack's answers alone, so pass one of --pairs-from and --pairs-source listing.")
             if not 0 <= self.rpo_alpha < float("inf"):
                 raise ApplianceError(f"rpo_alpha must be 0 (DPO alone) or a positive weight of the chosen answers' "
                                      f"log-likelihood, not {self.rpo_alpha!r}.")
@@ -447,8 +461,10 @@ class TrainConfig:
 
     @property
     def lists_other_domain(self) -> bool:
-        """Whether SFT's missing-tool rows are on and show another domain's tools (Pack.other_domain_tools)."""
-        return self.missing_tool_share > 0 and self.missing_tool_listing == "other"
+        """Whether SFT's missing-tool rows (DPO's listing pairs) are on and show another domain's tools
+        (Pack.other_domain_tools)."""
+        declines_taught = self.pairs_source == "listing" if self.stage == "dpo" else self.missing_tool_share > 0
+        return declines_taught and self.missing_tool_listing == "other"
 
     @property
     def completion_tokens(self) -> int:

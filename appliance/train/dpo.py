@@ -1,4 +1,5 @@
-"""DPO of a LoRA on preference pairs built from the store: success over failure, safe over unsafe.
+"""DPO of a LoRA on preference pairs built from the store (success over failure, safe over unsafe), or from the
+pack's answers in two listings (call over decline where the tools are listed, the other way where they are not).
 
 The flywheel's cheapest learning step after SFT: the samples that evals and GRPO runs already stored
 are paired per task (pairs.py) and TRL's DPOTrainer fits the LoRA with its sigmoid loss (the paper's
@@ -25,10 +26,11 @@ from ..errors import ApplianceError
 from ..events import EventSink, null_sink
 from .backends import pick_backend
 from .callbacks import build_callback
-from .common import (TrainResult, _load_pack, _open_workspace, finish_run, kept_selection, prompt_for, resumed_config,
-                     start_run, train_with_guard, trainer_args)
+from .common import (TrainResult, _load_pack, _open_workspace, finish_run, kept_selection, listing_without_called,
+                     prompt_for, refuse_other_listing_without_domains, resumed_config, start_run, train_with_guard,
+                     trainer_args)
 from .config import TrainConfig
-from .pairs import PAIRS_FILE, PairSelection, select_pairs, single_turn_split_or_fail
+from .pairs import PAIRS_FILE, PairSelection, listing_pairs, select_pairs, single_turn_split_or_fail
 
 # Backends with a DPO trainer (`make_dpo_trainer`); the first is the one every machine has.
 DPO_BACKENDS = ("cpu", "unsloth")
@@ -50,6 +52,14 @@ def dpo_backend(config: TrainConfig) -> TrainConfig:
 def pairs_or_fail(config: TrainConfig, pack: Any, workspace: Any) -> PairSelection:
     """Select the pairs and refuse, before any model loads, a pack or store that cannot give enough."""
     split = single_turn_split_or_fail(config, pack, "DPO")
+    if config.pairs_source == "listing":
+        refuse_other_listing_without_domains(config, pack)
+        selection = listing_pairs(pack, split, listing=config.missing_tool_listing, seed=config.seed)
+        if len(selection.pairs) < config.min_pairs:
+            raise ApplianceError(f"Only {len(selection.pairs)} listing pairs (need {config.min_pairs}): pack "
+                                 f"'{pack.name}' has {selection.counts['tasks_with_pairs']} {split} tasks that call "
+                                 f"a tool and list another; lower --min-pairs or use --pairs-source samples.")
+        return selection
     selection = select_pairs(workspace, pack, split, pairs_from=config.pairs_from,
                              pairs_per_task=config.pairs_per_task, seed=config.seed, reference=config.reference_pairs)
     if len(selection.pairs) < config.min_pairs:
@@ -108,7 +118,10 @@ def dpo_rows(pack: Any, tokenizer: Any, pairs: list[dict[str, Any]],
     tasks = {task.id: task for split in pack.splits for task in pack.tasks(split)}
     rows = []
     for pair in pairs:
-        prompt = prompt_as_trl_tokenizes(prompt_for(pack, tokenizer, tasks[pair["task_id"]]), tokenizer)
+        task = tasks[pair["task_id"]]
+        # A listing pair's decline is shown a listing without the tools the task calls; any other pair, eval's.
+        tools = listing_without_called(pack, task, pair["listing"]) if pair.get("listing") else None
+        prompt = prompt_as_trl_tokenizes(prompt_for(pack, tokenizer, task, tools), tokenizer)
         rejected = (rejected_through_first_difference(prompt, pair["chosen"], pair["rejected"], tokenizer)
                     if reject_first_difference else pair["rejected"])
         rows.append({"prompt": prompt, "chosen": pair["chosen"], "rejected": rejected})

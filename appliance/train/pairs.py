@@ -19,6 +19,12 @@ depended on something the text does not show). Each task gives at most `pairs_pe
 rejections first; which samples meet is a seeded shuffle, so the same store and seed give the same pairs.
 
 Selecting pairs needs no model or tokenizer: the run checks the count before anything loads.
+
+Listing pairs (TrainConfig.pairs_source "listing", listing_pairs) need no store either: each tool-calling task
+of the split gives two, its expected calls over a plain decline with its own listing (`call_over_decline`) and
+the decline over the calls with the tools it calls left out of the listing (`decline_over_call`; the pair's
+`listing` says which listing, common.listing_without_called), so the loss sees whether a tool is listed as the
+reason to act or decline.
 """
 from __future__ import annotations
 
@@ -31,6 +37,7 @@ from ..errors import ApplianceError
 SUCCESS, FAILURE, UNSAFE = "success", "failure", "unsafe"
 SUCCESS_OVER_FAILURE, SAFE_OVER_UNSAFE = "success_over_failure", "safe_over_unsafe"
 REFERENCE_OVER_FAILURE = "reference_over_failure"
+CALL_OVER_DECLINE, DECLINE_OVER_CALL = "call_over_decline", "decline_over_call"
 REFERENCE_SOURCE = "reference"  # Sample.source of a pack's reference answer (not a stored sample)
 PAIRS_FILE = "pairs.json"
 
@@ -74,6 +81,11 @@ class PairSelection:
 
     def summary(self) -> str:
         c, r = self.counts, self.rules
+        if CALL_OVER_DECLINE in r["pairing"]:
+            return (f"dpo pairs: {len(self.pairs)} from the pack's answers to {c['tasks_with_pairs']} tool-calling "
+                    f"{r['split']} tasks ({c[CALL_OVER_DECLINE]} call over decline with the task's listing, "
+                    f"{c[DECLINE_OVER_CALL]} decline over call with the {r['listing']} listing less the called "
+                    f"tools; seed {r['seed']})")
         return (f"dpo pairs: {len(self.pairs)} from {c.get('tasks_with_pairs', 0)} of {c.get('tasks_with_samples', 0)} "
                 f"{r['split']} tasks with stored samples ({c.get(SUCCESS_OVER_FAILURE, 0)} success over failure, "
                 f"{c.get(SAFE_OVER_UNSAFE, 0)} safe over unsafe, {c.get(REFERENCE_OVER_FAILURE, 0)} reference over "
@@ -229,3 +241,27 @@ def select_pairs(workspace: Any, pack: Any, split: str, *, pairs_from: str | Non
                   if reference else None)
     return build_pairs(samples, [task.id for task in tasks], pairs_per_task=pairs_per_task, seed=seed,
                        split=split, pairs_from=pairs_from, references=references)
+
+
+def listing_pairs(pack: Any, split: str, *, listing: str, seed: int) -> PairSelection:
+    """Two pairs per tool-calling task of `split` from the pack's answers (see the module docstring); a task whose
+    listing would be empty without the tools it calls gives none. Seeded order, as build_pairs."""
+    from ..prompting import MISSING_TOOL_TEXT, reference_answer
+    from .common import listing_without_called
+
+    pairs: list[dict[str, Any]] = []
+    for task in pack.tasks(split):
+        if not task.expected or not listing_without_called(pack, task, listing):
+            continue
+        answer = reference_answer(task)
+        pairs.append({"task_id": task.id, "rule": CALL_OVER_DECLINE, "listing": None,
+                      "chosen": answer, "rejected": MISSING_TOOL_TEXT})
+        pairs.append({"task_id": task.id, "rule": DECLINE_OVER_CALL, "listing": listing,
+                      "chosen": MISSING_TOOL_TEXT, "rejected": answer})
+    random.Random(seed).shuffle(pairs)
+    tasks = len(pairs) // 2
+    counts = {"tasks_with_samples": len(pack.tasks(split)), "tasks_with_pairs": tasks,
+              CALL_OVER_DECLINE: tasks, DECLINE_OVER_CALL: tasks}
+    rules = {"sources": "the pack's answers", "split": split, "listing": listing, "seed": seed,
+             "pairing": [CALL_OVER_DECLINE, DECLINE_OVER_CALL]}
+    return PairSelection(pairs=pairs, rules=rules, counts=counts)

@@ -17,8 +17,8 @@ from typing import Any, Callable
 from ..errors import ApplianceError
 from ..events import EventSink, null_sink
 from .callbacks import build_callback
-from .common import (TrainResult, _load_pack, _open_workspace, finish_run, kept_selection, prompt_for,
-                     refuse_options_of_our_trainer, start_run, tools_shown, train_with_guard, trainer_args,
+from .common import (TrainResult, _load_pack, _open_workspace, finish_run, kept_selection, listing_without_called,
+                     prompt_for, refuse_options_of_our_trainer, refuse_other_listing_without_domains, start_run, train_with_guard, trainer_args,
                      training_split_or_fail)
 from .config import TrainConfig
 from .successes import SUCCESSES_FILE, saved_successes, success_rows, successes_or_fail
@@ -56,9 +56,7 @@ def missing_tool_rows(pack: Any, tokenizer: Any, tasks: list[Any], share: float,
     for task in tasks:
         if not task.expected or _stable_fraction(task.id) >= share:
             continue
-        called = {call.name for call in task.expected}
-        shown = pack.other_domain_tools(task) if listing == "other" else tools_shown(pack, task)
-        tools = [tool for tool in shown if tool["function"]["name"] not in called]
+        tools = listing_without_called(pack, task, listing)
         if tools:
             rows.append({"prompt": prompt_for(pack, tokenizer, task, tools),
                          "completion": MISSING_TOOL_TEXT, "task_id": task.id})
@@ -144,13 +142,6 @@ def refuse_time_checks_without_hours(config: TrainConfig, pack: Any) -> None:
     if config.time_checks and meeting_hours(pack) is None:
         raise ApplianceError(f"time_checks judges against WorkBench's meeting hours; pack '{pack.name}' is of world "
                              f"'{pack.world}', which declares none (leave --time-checks off).")
-
-
-def refuse_other_listing_without_domains(config: TrainConfig, pack: Any) -> None:
-    """Refuse `missing_tool_listing = "other"` for a pack that does not list tools by domain, before the run."""
-    if config.lists_other_domain and not pack.lists_tools_by_domain:
-        raise ApplianceError(f"missing_tool_listing 'other' shows another domain's tools; pack '{pack.name}' "
-                             f"does not list its tools by domain (use --missing-tool-listing own).")
 
 
 def run_sft(config: TrainConfig, *, sink: EventSink = null_sink,
