@@ -162,6 +162,11 @@ CASES = {
     "sft successes from an unknown eval": (["train", "sft", "--successes-from", "no-such-eval"], "no-such-eval"),
     "sft successes with policy checks": (["train", "sft", "--successes-from", "e", "--policy-checks"], "successes_from"),
     "sft successes with time checks": (["train", "sft", "--successes-from", "e", "--time-checks"], "successes_from"),
+    "dpo listing pairs of another domain on a pack without domains": (
+        ["train", "dpo", "--pack", "bfcl", "--pairs-source", "listing", "--missing-tool-listing", "other"],
+        "does not list its tools by domain"),
+    "dpo listing pairs with stored samples named": (
+        ["train", "dpo", "--pairs-source", "listing", "--pairs-from", "e"], "--pairs-source listing"),
     "sft time checks on a pack without meeting hours": (["train", "sft", "--pack", "tracker", "--time-checks"],
                                                          "meeting hours"),
     # promotion, run and the top level

@@ -268,3 +268,84 @@ def test_rpo_alpha_adds_trls_sft_loss_on_the_chosen_answers(tmp_path):
     assert plain["loss_type"] == ["sigmoid"] and "loss_weights" not in plain
     rpo = dpo_args(TrainConfig(stage="dpo", rpo_alpha=0.5, output=str(tmp_path)), run)
     assert rpo["loss_type"] == ["sigmoid", "sft"] and rpo["loss_weights"] == [1.0, 0.5]
+
+
+# ---------------------------------------------------------------- listing pairs (--pairs-source listing)
+
+WORKPLACE = Path(__file__).resolve().parents[1] / "tasks" / "workplace-single"
+
+
+def test_listing_pairs_show_one_request_with_and_without_its_tools(tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    from appliance.packs import load_pack
+    from appliance.prompting import MISSING_TOOL_TEXT, reference_answer
+    from appliance.train.common import prompt_for
+    from appliance.train.dpo import dpo_rows, prompt_as_trl_tokenizes
+    from appliance.train.pairs import CALL_OVER_DECLINE, DECLINE_OVER_CALL, listing_pairs
+
+    pack = load_pack(WORKPLACE)
+    selection = listing_pairs(pack, "train", listing="other", seed=0)
+    calling = [t for t in pack.tasks("train") if t.expected]
+    by_task: dict[str, dict[str, dict]] = {}
+    for pair in selection.pairs:
+        by_task.setdefault(pair["task_id"], {})[pair["rule"]] = pair
+    # every calling train task (another domain's listing is never empty), twice, and no held-out task
+    assert set(by_task) == {t.id for t in calling} and len(selection.pairs) == 2 * len(calling)
+    assert selection.counts[CALL_OVER_DECLINE] == selection.counts[DECLINE_OVER_CALL] == len(calling)
+    assert selection.pairs == listing_pairs(pack, "train", listing="other", seed=0).pairs  # seeded
+    assert selection.summary().startswith(f"dpo pairs: {2 * len(calling)} from the pack's answers")
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    tasks = {t.id: t for t in calling}
+    for task_id in sorted(by_task)[:12]:
+        task, pairs = tasks[task_id], by_task[task_id]
+        act, decline = pairs[CALL_OVER_DECLINE], pairs[DECLINE_OVER_CALL]
+        assert (act["chosen"], act["rejected"]) == (reference_answer(task), MISSING_TOOL_TEXT)
+        assert (decline["chosen"], decline["rejected"]) == (MISSING_TOOL_TEXT, reference_answer(task))
+        act_row, decline_row = dpo_rows(pack, tokenizer, [act, decline])
+        assert act_row["prompt"] == prompt_as_trl_tokenizes(prompt_for(pack, tokenizer, task), tokenizer)  # eval's
+        called = {call.name for call in task.expected}
+        assert all(f"- {name}(" in act_row["prompt"] for name in called)
+        assert not any(f"- {name}(" in decline_row["prompt"] for name in called), task_id
+        other = {t["function"]["name"] for t in pack.other_domain_tools(task)} - called
+        assert other and all(f"- {name}(" in decline_row["prompt"] for name in other)
+        assert decline_row["prompt"].endswith(act_row["prompt"][-150:])  # the same request after the listing
+
+
+def test_listing_pairs_with_the_own_listing_skip_a_task_whose_listing_would_be_empty(pack_dir):
+    from appliance.train.pairs import listing_pairs
+
+    # the prefs pack lists one tool, the one every task calls: nothing is left to show with a decline
+    assert listing_pairs(load(pack_dir), "train", listing="own", seed=0).pairs == []
+
+
+def test_a_dpo_run_on_listing_pairs_needs_no_stored_samples(tiny_model_dir, tmp_path):
+    import torch
+    from safetensors.torch import load_file
+
+    seen = []
+    config = dpo_config(tiny_model_dir, tmp_path, WORKPLACE, pairs_source="listing", missing_tool_listing="other",
+                        reject_first_difference=True, steps=1, eval_every=1, max_seq_length=1024)
+    result = run_dpo(config, sink=seen.append)  # a fresh workspace: no runs, no evals
+    saved = json.loads((Path(result.run_dir) / "pairs.json").read_text())
+    assert saved["rules"]["listing"] == "other" and saved["counts"]["call_over_decline"] > 500
+    manifest = registry.load_manifest(result.final_adapter)
+    assert manifest["stage"] == "dpo" and manifest["config"]["pairs_source"] == "listing"
+    after = load_file(str(Path(result.final_adapter) / "adapter_model.safetensors"))
+    assert any(torch.count_nonzero(after[k]) > 0 for k in after if "lora_B" in k)
+    assert any(e.type == "log" and "decline over call with the other listing" in e.message for e in seen)
+
+
+def test_listing_pairs_are_refused_before_the_model_loads(tiny_model_dir, tmp_path, pack_dir, monkeypatch):
+    from appliance.train.cpu import CpuBackend
+
+    monkeypatch.setattr(CpuBackend, "load_for_training", lambda *a, **k: pytest.fail("the model loaded"))
+    with pytest.raises(ApplianceError, match="does not list its tools by domain"):
+        run_dpo(dpo_config(tiny_model_dir, tmp_path, pack_dir, pairs_source="listing", missing_tool_listing="other"))
+    with pytest.raises(ApplianceError, match=r"Only 0 listing pairs \(need 3\)"):
+        run_dpo(dpo_config(tiny_model_dir, tmp_path, pack_dir, pairs_source="listing"))
+    with pytest.raises(ApplianceError, match="pairs_source must be one of samples, listing"):
+        TrainConfig(stage="dpo", pairs_source="pack")
+    with pytest.raises(ApplianceError, match="pass one of --pairs-from and --pairs-source listing"):
+        TrainConfig(stage="dpo", pairs_source="listing", pairs_from="eval-1")

@@ -51,9 +51,9 @@ def dpo_backend(config: TrainConfig) -> TrainConfig:
 
 def pairs_or_fail(config: TrainConfig, pack: Any, workspace: Any) -> PairSelection:
     """Select the pairs and refuse, before any model loads, a pack or store that cannot give enough."""
+    refuse_other_listing_without_domains(config, pack)
     split = single_turn_split_or_fail(config, pack, "DPO")
     if config.pairs_source == "listing":
-        refuse_other_listing_without_domains(config, pack)
         selection = listing_pairs(pack, split, listing=config.missing_tool_listing, seed=config.seed)
         if len(selection.pairs) < config.min_pairs:
             raise ApplianceError(f"Only {len(selection.pairs)} listing pairs (need {config.min_pairs}): pack "
