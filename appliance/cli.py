@@ -252,7 +252,8 @@ _TRAIN_FLAGS = (  # (flag, TrainConfig field, type, the stages that take it; Non
     ("--resample-flat-groups", "resample_flat_groups", int, ("grpo",)),
     ("--strict", "strict", bool, None),
     ("--sft-anchor", "sft_anchor", float, ("grpo",)), ("--sft-anchor-batch", "sft_anchor_batch", int, ("grpo",)),
-    ("--pairs-source", "pairs_source", str, ("dpo",)), ("--pairs-from", "pairs_from", str, ("dpo",)), ("--pairs-per-task", "pairs_per_task", int, ("dpo",)),
+    ("--pairs-source", "pairs_source", str, ("dpo",)),
+    ("--pairs-from", "pairs_from", str, ("dpo",)), ("--pairs-per-task", "pairs_per_task", int, ("dpo",)),
     ("--min-pairs", "min_pairs", int, ("dpo",)), ("--reference-pairs", "reference_pairs", bool, ("dpo",)),
     ("--rpo-alpha", "rpo_alpha", float, ("dpo",)),
     ("--reject-first-difference", "reject_first_difference", bool, ("dpo",)),
@@ -261,7 +262,8 @@ _TRAIN_FLAGS = (  # (flag, TrainConfig field, type, the stages that take it; Non
 # What each stage trains on, for its help line.
 _STAGE_HELP = {"sft": "SFT with LoRA on the pack's `train` split",
                "grpo": "GRPO with LoRA on the pack's `train_rl` (or `train`) split",
-               "dpo": "DPO with LoRA on pairs of the pack's `train` tasks (stored samples, or its answers in two listings)"}
+               "dpo": "DPO with LoRA on pairs of the pack's `train` tasks (stored samples, or its answers in two "
+                      "listings)"}
 
 
 def train_flag(field_name: str) -> str:

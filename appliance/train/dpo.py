@@ -58,7 +58,8 @@ def pairs_or_fail(config: TrainConfig, pack: Any, workspace: Any) -> PairSelecti
         if len(selection.pairs) < config.min_pairs:
             raise ApplianceError(f"Only {len(selection.pairs)} listing pairs (need {config.min_pairs}): pack "
                                  f"'{pack.name}' has {selection.counts['tasks_with_pairs']} {split} tasks that call "
-                                 f"a tool and list another; lower --min-pairs or use --pairs-source samples.")
+                                 f"a tool and whose listing keeps another without it; lower --min-pairs or use "
+                                 f"--pairs-source samples.")
         return selection
     selection = select_pairs(workspace, pack, split, pairs_from=config.pairs_from,
                              pairs_per_task=config.pairs_per_task, seed=config.seed, reference=config.reference_pairs)

@@ -18,8 +18,8 @@ from ..errors import ApplianceError
 from ..events import EventSink, null_sink
 from .callbacks import build_callback
 from .common import (TrainResult, _load_pack, _open_workspace, finish_run, kept_selection, listing_without_called,
-                     prompt_for, refuse_options_of_our_trainer, refuse_other_listing_without_domains, start_run, train_with_guard, trainer_args,
-                     training_split_or_fail)
+                     prompt_for, refuse_options_of_our_trainer, refuse_other_listing_without_domains, start_run,
+                     train_with_guard, trainer_args, training_split_or_fail)
 from .config import TrainConfig
 from .successes import SUCCESSES_FILE, saved_successes, success_rows, successes_or_fail
 
