@@ -259,9 +259,8 @@ def listing_pairs(pack: Any, split: str, *, listing: str, seed: int) -> PairSele
         pairs.append({"task_id": task.id, "rule": DECLINE_OVER_CALL, "listing": listing,
                       "chosen": MISSING_TOOL_TEXT, "rejected": answer})
     random.Random(seed).shuffle(pairs)
-    tasks = len(pairs) // 2
-    counts = {"tasks_with_samples": len(pack.tasks(split)), "tasks_with_pairs": tasks,
-              CALL_OVER_DECLINE: tasks, DECLINE_OVER_CALL: tasks}
+    tasks = len(pairs) // 2  # two pairs a task, one of each rule; the counts keep build_pairs' keys
+    counts = {"tasks_with_pairs": tasks, CALL_OVER_DECLINE: tasks, DECLINE_OVER_CALL: tasks}
     rules = {"sources": "the pack's answers", "split": split, "listing": listing, "seed": seed,
              "pairing": [CALL_OVER_DECLINE, DECLINE_OVER_CALL]}
     return PairSelection(pairs=pairs, rules=rules, counts=counts)
