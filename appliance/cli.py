@@ -257,6 +257,7 @@ _TRAIN_FLAGS = (  # (flag, TrainConfig field, type, the stages that take it; Non
     ("--min-pairs", "min_pairs", int, ("dpo",)), ("--reference-pairs", "reference_pairs", bool, ("dpo",)),
     ("--rpo-alpha", "rpo_alpha", float, ("dpo",)),
     ("--reject-first-difference", "reject_first_difference", bool, ("dpo",)),
+    ("--decision-only", "decision_only", bool, ("dpo",)),
     ("--successes-from", "successes_from", str, ("sft",)),
 )
 # What each stage trains on, for its help line.

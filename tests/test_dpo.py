@@ -349,3 +349,39 @@ def test_listing_pairs_are_refused_before_the_model_loads(tiny_model_dir, tmp_pa
         TrainConfig(stage="dpo", pairs_source="pack")
     with pytest.raises(ApplianceError, match="pass one of --pairs-from and --pairs-source listing"):
         TrainConfig(stage="dpo", pairs_source="listing", pairs_from="eval-1")
+
+
+def test_decision_only_cuts_both_answers_to_the_token_where_they_part(tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    from appliance.train.dpo import first_difference
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    prompt = "Set the status of customer 188 to won.\n"
+    chosen = '{"name": "update_customer", "arguments": {"customer_id": "188", "new_value": "Won"}}'
+    act, decline = first_difference(prompt, chosen, "I can't change a customer's status.", tokenizer)
+    assert chosen.startswith(act) and "I can't".startswith(decline) and act != decline
+    assert len(tokenizer(text=act)["input_ids"]) == len(tokenizer(text=decline)["input_ids"]) == 1
+    wrong_id = chosen.replace('"188"', '"189"')
+    right, wrong = first_difference(prompt, chosen, wrong_id, tokenizer)
+    assert right[:-1] == wrong[:-1] and right != wrong and '"new_value"' not in right  # shared prefix + one token
+    prefix = tokenizer.decode(tokenizer(text=chosen)["input_ids"][:4])  # its end is the difference
+    assert first_difference(prompt, chosen, prefix, tokenizer)[1] is None
+    assert first_difference(prompt, chosen, chosen + " Done.", tokenizer)[0] is None
+
+
+def test_a_decision_only_run_trains_on_one_token_per_answer_and_no_eos(tiny_model_dir, tmp_path, monkeypatch):
+    from appliance.train import dpo
+
+    stripped = []
+    real = dpo.without_appended_eos
+    monkeypatch.setattr(dpo, "without_appended_eos", lambda data, eos: stripped.append(real(data, eos)) or stripped[-1])
+    config = dpo_config(tiny_model_dir, tmp_path, WORKPLACE, pairs_source="listing", missing_tool_listing="other",
+                        decision_only=True, steps=1, eval_every=1, max_seq_length=1024)
+    result = run_dpo(config)
+    assert registry.load_manifest(result.final_adapter)["config"]["decision_only"] is True
+    rows = stripped[0]
+    decided = [row for row in rows if row["decision"]]
+    assert len(decided) > 0.9 * len(rows)
+    assert all(len(row["chosen_ids"]) == len(row["rejected_ids"]) == 1 for row in decided)
+    assert all(row["chosen_ids"] != row["rejected_ids"] for row in decided)

@@ -325,6 +325,11 @@ class TrainConfig:
         "down that token (and TRL's EOS, which it appends after it) and not the rest of the rejected answer, which "
         "a right answer may share (session 38: whole rejected calls taught update calls to stop after the record's "
         "id); an answer that would not tokenize back the same is kept whole; False = the whole answer."))
+    decision_only: bool = field(default=False, metadata=_help(
+        "DPO: cut both answers of each pair after their first token that differs and leave out the EOS TRL appends, "
+        "so the loss reads only the choice made at that token (in a listing pair, act or decline) and cannot grow "
+        "its margin on an EOS no greedy answer takes or on the tokens that follow the choice; a pair whose answers "
+        "cannot both be cut keeps the --reject-first-difference form. False = as the other flags say."))
     reference_pairs: bool = field(default=True, metadata=_help(
         "DPO: a task whose stored samples all failed is paired against the pack's reference answer (its "
         "expected calls, as SFT learns them), so a model that never passes a task still gets pairs; False = "

@@ -93,29 +93,45 @@ def prompt_as_trl_tokenizes(prompt: str, tokenizer: Any) -> str:
     return prompt[len(bos):] if adds_bos and prompt.startswith(bos) else prompt
 
 
-def rejected_through_first_difference(prompt: str, chosen: str, rejected: str, tokenizer: Any) -> str:
-    """`rejected` up to and including its first token that differs from `chosen`, tokenized as TRL tokenizes a
-    pair (prompt + completion as one text; the completion starts where that parts from the prompt alone). The whole
-    of it when it is a prefix of `chosen` (its end is the difference, and TRL's EOS marks it), or when the cut
-    text would not tokenize back to those tokens (a token merged across the prompt's end, a character split
-    between tokens): cutting there would train another text than the one sampled."""
+def first_difference(prompt: str, chosen: str, rejected: str, tokenizer: Any) -> tuple[str | None, str | None]:
+    """Each answer up to and including its first token that differs from the other's, tokenized as TRL tokenizes a
+    pair (prompt + completion as one text; the completion starts where that parts from the prompt alone).
+
+    None for an answer that ends where the two part (it is a prefix of the other: its end is the difference, and
+    TRL's EOS marks it), and for one whose cut text would not tokenize back to those tokens (a token merged across
+    the prompt's end, a character split between tokens): cutting there would train another text than the one
+    sampled."""
     from trl.data_utils import common_prefix_length
 
     prompt_ids = tokenizer(text=prompt)["input_ids"]
     chosen_ids = tokenizer(text=prompt + chosen)["input_ids"]
     rejected_ids = tokenizer(text=prompt + rejected)["input_ids"]
     start = min(common_prefix_length(prompt_ids, chosen_ids), common_prefix_length(prompt_ids, rejected_ids))
+    if start < len(prompt_ids):
+        return None, None
     shared = start + common_prefix_length(chosen_ids[start:], rejected_ids[start:])
-    if shared >= len(rejected_ids) or start < len(prompt_ids):
-        return rejected
-    cut = tokenizer.decode(rejected_ids[start:shared + 1])
-    if not rejected.startswith(cut) or tokenizer(text=prompt + cut)["input_ids"] != rejected_ids[:shared + 1]:
-        return rejected
-    return cut
+
+    def cut(text: str, ids: list[int]) -> str | None:
+        if shared >= len(ids):
+            return None
+        piece = tokenizer.decode(ids[start:shared + 1])
+        if not text.startswith(piece) or tokenizer(text=prompt + piece)["input_ids"] != ids[:shared + 1]:
+            return None
+        return piece
+
+    return cut(chosen, chosen_ids), cut(rejected, rejected_ids)
 
 
-def dpo_rows(pack: Any, tokenizer: Any, pairs: list[dict[str, Any]],
-             reject_first_difference: bool = False) -> list[dict[str, str]]:
+def rejected_through_first_difference(prompt: str, chosen: str, rejected: str, tokenizer: Any) -> str:
+    """`rejected` up to and including its first token that differs from `chosen` (first_difference), or the whole
+    of it where it cannot be cut."""
+    return first_difference(prompt, chosen, rejected, tokenizer)[1] or rejected
+
+
+def dpo_rows(pack: Any, tokenizer: Any, pairs: list[dict[str, Any]], reject_first_difference: bool = False,
+             decision_only: bool = False) -> list[dict[str, Any]]:
+    """TRL's prompt/chosen/rejected rows; with `decision_only`, each row also says whether both answers were cut to
+    their first differing token (`decision`), for `without_appended_eos` once TRL has tokenized them."""
     tasks = {task.id: task for split in pack.splits for task in pack.tasks(split)}
     rows = []
     for pair in pairs:
@@ -123,10 +139,29 @@ def dpo_rows(pack: Any, tokenizer: Any, pairs: list[dict[str, Any]],
         # A listing pair's decline is shown a listing without the tools the task calls; any other pair, eval's.
         tools = listing_without_called(pack, task, pair["listing"]) if pair.get("listing") else None
         prompt = prompt_as_trl_tokenizes(prompt_for(pack, tokenizer, task, tools), tokenizer)
-        rejected = (rejected_through_first_difference(prompt, pair["chosen"], pair["rejected"], tokenizer)
-                    if reject_first_difference else pair["rejected"])
-        rows.append({"prompt": prompt, "chosen": pair["chosen"], "rejected": rejected})
+        row = {"prompt": prompt, "chosen": pair["chosen"], "rejected": pair["rejected"]}
+        if reject_first_difference or decision_only:
+            chosen_cut, rejected_cut = first_difference(prompt, pair["chosen"], pair["rejected"], tokenizer)
+            row["rejected"] = rejected_cut or pair["rejected"]
+            if decision_only:
+                row["decision"] = chosen_cut is not None and rejected_cut is not None
+                row["chosen"] = chosen_cut if row["decision"] else pair["chosen"]
+        rows.append(row)
     return rows
+
+
+def without_appended_eos(dataset: Any, eos_token_id: int) -> Any:
+    """TRL's tokenized rows with the EOS it appended to both answers of each `decision` row taken off again, so
+    that row's loss reads the one token where its answers part and nothing after it (trl 1.15
+    dpo_trainer.py:1062-1069 appends the EOS to every non-conversational answer)."""
+    def strip(row: dict[str, Any]) -> dict[str, Any]:
+        if row["decision"]:
+            for key in ("chosen_ids", "rejected_ids"):
+                if row[key][-1:] == [eos_token_id] and len(row[key]) > 1:
+                    row[key] = row[key][:-1]
+        return row
+
+    return dataset.map(strip)
 
 
 def dpo_args(config: TrainConfig, run: Any) -> dict[str, Any]:
@@ -162,8 +197,11 @@ def run_dpo(config: TrainConfig, *, sink: EventSink = null_sink, on_eval: Callab
     selection = kept_selection(run, PAIRS_FILE, selection, saved_pairs,
                                lambda: pairs_or_fail(run.config, run.pack, run.workspace))
     model, tokenizer = run.backend.load_for_training(run.config)
-    dataset = Dataset.from_list(dpo_rows(run.pack, tokenizer, selection.pairs, run.config.reject_first_difference))
+    dataset = Dataset.from_list(dpo_rows(run.pack, tokenizer, selection.pairs, run.config.reject_first_difference,
+                                         run.config.decision_only))
     callback = build_callback(run, recorder=None, on_eval=on_eval)
     trainer = run.backend.make_dpo_trainer(model, tokenizer, dataset, run.config, dpo_args(run.config, run), [callback])
+    if run.config.decision_only:
+        trainer.train_dataset = without_appended_eos(trainer.train_dataset, tokenizer.eos_token_id)
     train_with_guard(run, trainer)
     return finish_run(run, started)
