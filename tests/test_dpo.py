@@ -370,12 +370,14 @@ def test_decision_only_cuts_both_answers_to_the_token_where_they_part(tiny_model
     assert first_difference(prompt, chosen, chosen + " Done.", tokenizer)[0] is None
 
 
-def test_a_decision_only_run_trains_on_one_token_per_answer_and_no_eos(tiny_model_dir, tmp_path, monkeypatch):
+def test_a_decision_only_run_trains_on_one_token_per_answer_and_no_eos_in_padded_batches(tiny_model_dir, tmp_path, monkeypatch):
     from appliance.train import dpo
+    from appliance.train.common import PAD_TO_MULTIPLE_OF
 
-    stripped = []
-    real = dpo.without_appended_eos
+    stripped, trainers = [], []
+    real, build = dpo.without_appended_eos, dpo.build_dpo_trainer
     monkeypatch.setattr(dpo, "without_appended_eos", lambda data, eos: stripped.append(real(data, eos)) or stripped[-1])
+    monkeypatch.setattr(dpo, "build_dpo_trainer", lambda *a: trainers.append(build(*a)) or trainers[-1])
     config = dpo_config(tiny_model_dir, tmp_path, WORKPLACE, pairs_source="listing", missing_tool_listing="other",
                         decision_only=True, steps=1, eval_every=1, max_seq_length=1024)
     result = run_dpo(config)
@@ -385,3 +387,6 @@ def test_a_decision_only_run_trains_on_one_token_per_answer_and_no_eos(tiny_mode
     assert len(decided) > 0.9 * len(rows)
     assert all(len(row["chosen_ids"]) == len(row["rejected_ids"]) == 1 for row in decided)
     assert all(row["chosen_ids"] != row["rejected_ids"] for row in decided)
+    # batches come in a few padded lengths, not one per batch (CPU kernels are cached per shape)
+    batch = next(iter(trainers[0].get_train_dataloader()))
+    assert batch["input_ids"].shape[1] % PAD_TO_MULTIPLE_OF == 0

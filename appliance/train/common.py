@@ -27,6 +27,11 @@ from .versions import check_versions
 CONFIG_FILE = "config.json"
 TRAINER_DIR = "trainer"
 HELDOUT_KEYS = ("heldout_success", "success_rate", "success")
+# Batches padded to a multiple of this, so a run meets a few shapes rather than one per batch: CPU kernels (bf16's,
+# oneDNN's) are built and cached per shape, which made SFT's steps slow and made a DPO run's memory grow with every
+# new length (tiny model, 40 steps: malloc'd memory 253 → 815 MB unpadded, flat at 180-192 MB at one shape;
+# docs/learning.md, session 51).
+PAD_TO_MULTIPLE_OF = 128
 
 
 @dataclass

@@ -26,9 +26,9 @@ from ..errors import ApplianceError
 from ..events import EventSink, null_sink
 from .backends import pick_backend
 from .callbacks import build_callback
-from .common import (TrainResult, _load_pack, _open_workspace, finish_run, kept_selection, listing_without_called,
-                     prompt_for, refuse_other_listing_without_domains, resumed_config, start_run, train_with_guard,
-                     trainer_args)
+from .common import (PAD_TO_MULTIPLE_OF, TrainResult, _load_pack, _open_workspace, finish_run, kept_selection,
+                     listing_without_called, prompt_for, refuse_other_listing_without_domains, resumed_config,
+                     start_run, train_with_guard, trainer_args)
 from .config import TrainConfig
 from .pairs import PAIRS_FILE, PairSelection, listing_pairs, select_pairs, single_turn_split_or_fail
 
@@ -171,7 +171,7 @@ def dpo_args(config: TrainConfig, run: Any) -> dict[str, Any]:
         "loss_type": ["sigmoid", "sft"], "loss_weights": [1.0, float(config.rpo_alpha)]}
     return {**trainer_args(config, run), "per_device_train_batch_size": config.batch_size,
             "max_length": config.max_seq_length, "beta": float(config.beta), **losses,
-            "precompute_ref_log_probs": False}
+            "precompute_ref_log_probs": False, "pad_to_multiple_of": PAD_TO_MULTIPLE_OF}
 
 
 def build_dpo_trainer(model: Any, tokenizer: Any, dataset: Any, args: dict[str, Any], callbacks: list[Any]) -> Any:

@@ -17,9 +17,10 @@ from typing import Any, Callable
 from ..errors import ApplianceError
 from ..events import EventSink, null_sink
 from .callbacks import build_callback
-from .common import (TrainResult, _load_pack, _open_workspace, finish_run, kept_selection, listing_without_called,
-                     prompt_for, refuse_options_of_our_trainer, refuse_other_listing_without_domains, start_run,
-                     train_with_guard, trainer_args, training_split_or_fail)
+from .common import (PAD_TO_MULTIPLE_OF, TrainResult, _load_pack, _open_workspace, finish_run, kept_selection,
+                     listing_without_called, prompt_for, refuse_options_of_our_trainer,
+                     refuse_other_listing_without_domains, start_run, train_with_guard, trainer_args,
+                     training_split_or_fail)
 from .config import TrainConfig
 from .successes import SUCCESSES_FILE, saved_successes, success_rows, successes_or_fail
 
@@ -116,8 +117,7 @@ def sft_args(config: TrainConfig, run: Any, n_examples: int) -> dict[str, Any]:
             # Tool lists make prompt lengths vary 5x and a batch is padded to its longest row:
             # batching similar lengths together cut the padding that dominated CPU step time.
             "train_sampling_strategy": "group_by_length",
-            # A few padded lengths instead of one per batch: bf16 CPU kernels are built per shape.
-            "pad_to_multiple_of": 128}
+            "pad_to_multiple_of": PAD_TO_MULTIPLE_OF}
     if config.epochs is not None:  # steps follow from epochs; save/eval cadence stays eval_every
         steps_per_epoch = max(1, -(-n_examples // config.batch_size))
         args["max_steps"] = max(1, round(config.epochs * steps_per_epoch))
