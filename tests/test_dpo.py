@@ -370,7 +370,8 @@ def test_decision_only_cuts_both_answers_to_the_token_where_they_part(tiny_model
     assert first_difference(prompt, chosen, chosen + " Done.", tokenizer)[0] is None
 
 
-def test_a_decision_only_run_trains_on_one_token_per_answer_and_no_eos_in_padded_batches(tiny_model_dir, tmp_path, monkeypatch):
+def test_a_decision_only_run_trains_on_one_token_per_answer_and_no_eos_in_padded_batches(tiny_model_dir, tmp_path,
+                                                                                          monkeypatch):
     from appliance.train import dpo
     from appliance.train.common import PAD_TO_MULTIPLE_OF
 
