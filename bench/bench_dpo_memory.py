@@ -42,14 +42,10 @@ def one_setting(setting: str, steps: int, from_step: int, folder: Path, model: s
     import trl
 
     import appliance.train.dpo as dpo
-    from appliance.tiny import build_tiny_model, build_tiny_tokenizer
+    from appliance.tiny import save_tiny_model
     from appliance.train import TrainConfig, run_dpo
 
-    if model is None:
-        model = str(folder / "tiny")
-        tokenizer = build_tiny_tokenizer()
-        build_tiny_model(len(tokenizer)).save_pretrained(model)
-        tokenizer.save_pretrained(model)
+    model = model or str(save_tiny_model(folder / "tiny"))
     if setting == "unpadded":
         padded_args = dpo.dpo_args
         dpo.dpo_args = lambda config, run: {**padded_args(config, run), "pad_to_multiple_of": None}

@@ -242,7 +242,10 @@ def test_dpo_settings_are_checked_where_they_are_declared():
 def test_a_rejected_answer_is_cut_after_its_first_token_that_differs(tiny_model_dir):
     from transformers import AutoTokenizer
 
-    from appliance.train.dpo import rejected_through_first_difference as cut
+    from appliance.train.dpo import first_difference
+
+    def cut(prompt: str, chosen: str, rejected: str, tokenizer) -> str:  # as dpo_rows cuts a rejected answer
+        return first_difference(prompt, chosen, rejected, tokenizer)[1] or rejected
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     prompt = "Set the status of customer 188 to won.\n"

@@ -122,12 +122,6 @@ def first_difference(prompt: str, chosen: str, rejected: str, tokenizer: Any) ->
     return cut(chosen, chosen_ids), cut(rejected, rejected_ids)
 
 
-def rejected_through_first_difference(prompt: str, chosen: str, rejected: str, tokenizer: Any) -> str:
-    """`rejected` up to and including its first token that differs from `chosen` (first_difference), or the whole
-    of it where it cannot be cut."""
-    return first_difference(prompt, chosen, rejected, tokenizer)[1] or rejected
-
-
 def dpo_rows(pack: Any, tokenizer: Any, pairs: list[dict[str, Any]], reject_first_difference: bool = False,
              decision_only: bool = False) -> list[dict[str, Any]]:
     """TRL's prompt/chosen/rejected rows; with `decision_only`, each row also says whether both answers were cut to
