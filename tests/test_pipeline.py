@@ -92,3 +92,14 @@ def test_sft_takes_two_passes_over_each_packs_train_split_unless_given_steps():
     assert PipelineSettings(sft_steps=150, sft_batch_size=8).sft_steps_for(1200) == 150
     assert PipelineSettings(sft_passes=0.5).sft_steps_for(10) == 2  # 3 batches of 4, half of them rounded
     assert PipelineSettings(quick=True).sft_steps_for(1200) == 4
+
+
+def test_sft_missing_tool_rows_default_by_the_packs_listing_and_yield_to_given_options():
+    from appliance.packs import load_pack
+    from appliance.pipeline import PipelineSettings
+
+    domains, whole = load_pack("workplace-single"), load_pack("tracker")
+    assert PipelineSettings().sft_missing_tools(domains) == {"missing_tool_share": 0.3, "missing_tool_listing": "other"}
+    assert PipelineSettings().sft_missing_tools(whole) == {"missing_tool_share": 0.0, "missing_tool_listing": "own"}
+    given = PipelineSettings(sft_missing_tool_share=0.0, sft_missing_tool_listing="own")
+    assert given.sft_missing_tools(domains) == {"missing_tool_share": 0.0, "missing_tool_listing": "own"}
