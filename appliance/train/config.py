@@ -217,7 +217,9 @@ class TrainConfig:
     # From two passes (session 47, H87): dev 90 -> 84, every dev bulk delete declined, BFCL irrelevance still 9.
     # With missing_tool_listing "other" (session 48, H88): dev 90, unsafe 2, BFCL irrelevance 13 of 20, BFCL dev
     # 15 of 140, one short of the bar the gate implies (16). At 0.3 / 0.4 with it (session 49, H89 / H90): BFCL dev
-    # 18 / 18 but dev 82 / 73, whole kinds of request declined: no share gave both.
+    # 18 / 18 but dev 82 / 73, whole kinds of request declined: no share gave both. `appliance run` trains its SFT
+    # stage at 0.3 with "other" on packs that list tools by domain (pipeline.DOMAIN_LISTING_MISSING_TOOLS): its
+    # GRPO stage gives back the declined kinds (session 52, H94).
     missing_tool_share: float = field(default=0.0, metadata=_help(
         "SFT: the share of the split's tool-calling tasks that are also taught once more with the tools they "
         f"call left out of the listing and a plain decline as the answer (`{MISSING_TOOL_TEXT}`), so "
