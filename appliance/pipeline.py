@@ -171,9 +171,10 @@ def _common_args(s: PipelineSettings, workspace: Any) -> list[str]:
             "--strict" if s.strict else "--no-strict"]
 
 
-def check_inputs(s: PipelineSettings) -> Any:
+def check_inputs(s: PipelineSettings) -> PipelineSettings:
     """Refuse an unknown pack or model, no SFT passes, or SFT options the stage would refuse, in one sentence
-    before any stage starts (no model loads here); the pack."""
+    before any stage starts (no model loads here); the settings with the pack's defaults settled, so the run
+    records (and its stages take) numbers and names, not "the pack's default"."""
     from appliance.models import require_available
     from appliance.packs import load_pack
     from appliance.train.common import refuse_other_listing_without_domains
@@ -181,17 +182,15 @@ def check_inputs(s: PipelineSettings) -> Any:
     if not 0 < s.sft_passes < float("inf"):
         raise ApplianceError(f"sft_passes must be a positive number of passes, not {s.sft_passes!r}.")
     pack = load_pack(s.pack, root=s.tasks_root)
-    sft = TrainConfig(stage="sft", model=s.model, pack=s.pack, **s.sft_missing_tools(pack))
-    refuse_other_listing_without_domains(sft, pack)
+    missing = s.sft_missing_tools(pack)
+    refuse_other_listing_without_domains(TrainConfig(stage="sft", model=s.model, pack=s.pack, **missing), pack)
     require_available(s.model)
-    return pack
+    return replace(s, sft_steps=s.sft_steps_for(len(pack.tasks("train"))),
+                   **{f"sft_{name}": value for name, value in missing.items()})
 
 
 def run_pipeline(s: PipelineSettings, *, workspace: Any, sink: EventSink = null_sink) -> PipelineResult:
-    pack = check_inputs(s)
-    # Recorded with the run as numbers and names, not as "the pack's default".
-    missing = {f"sft_{name}": value for name, value in s.sft_missing_tools(pack).items()}
-    s = replace(s, sft_steps=s.sft_steps_for(len(pack.tasks("train"))), **missing)
+    s = check_inputs(s)
     run_id = workspace.new_id("pipeline")
     sink(RunStarted(run_id=run_id, kind="pipeline", config=asdict(s)))
     result = PipelineResult(lines=[])
