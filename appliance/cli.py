@@ -17,6 +17,7 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from appliance.cpu_waiting import wait_passively
 from appliance.errors import ERROR_PREFIX, ApplianceError
 from appliance.interrupts import sigterm_as_interrupt
 
@@ -451,8 +452,9 @@ def _handler(command: str) -> Callable[[argparse.Namespace], int]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     # Before torch loads: OpenMP's default spin-waiting makes 2 threads on a shared 2-core machine
-    # 5-20x slower (measured in bench/bench_generate.py); passive waiting removes that cliff.
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    # 5-20x slower (measured in bench/bench_generate.py); passive waiting removes that cliff. A pipeline
+    # stage alone on the machine spins briefly instead (appliance.cpu_waiting).
+    wait_passively()
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:

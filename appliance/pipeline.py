@@ -20,6 +20,7 @@ from collections import deque
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
+from appliance.cpu_waiting import stage_environment
 from appliance.errors import ERROR_PREFIX, ApplianceError
 from appliance.generate.strict import STRICT_BY_DEFAULT, STRICT_HELP
 from appliance.interrupts import sigterm_as_interrupt
@@ -124,7 +125,7 @@ def run_stage(args: list[str], sink: EventSink) -> list[Event]:
     interrupt goes on from here. A failed child becomes one ApplianceError with its own words.
     """
     proc = subprocess.Popen([sys.executable, "-m", "appliance", *args, "--events"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, bufsize=1)
+                            stderr=subprocess.PIPE, text=True, bufsize=1, env=stage_environment())
     stderr_tail: deque[str] = deque(maxlen=20)
     reader = threading.Thread(target=lambda: stderr_tail.extend(proc.stderr), daemon=True)
     reader.start()
