@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
 SPIN_COUNT = 100_000  # ~1 ms of spinning before a thread sleeps; bench_omp_wait.py's spin_100000
 SAMPLES, SAMPLE_INTERVAL_S = 10, 0.05
@@ -60,11 +60,12 @@ def machine_is_ours(read: Callable[[], int] = running_processes, samples: int = 
     return least <= 1
 
 
-def stage_environment(environ: Mapping[str, str] | None = None,
-                      alone: Callable[[], bool] = machine_is_ours) -> dict[str, str]:
-    """The environment for a stage's child: the caller's, plus spinning threads when the machine is ours."""
-    env = dict(os.environ if environ is None else environ)
+def stage_environment(alone: Callable[[], bool] = machine_is_ours) -> dict[str, str]:
+    """The environment for a stage's child: this process's, plus spinning threads when the machine is ours.
+
+    Without `wait_passively` (a caller other than `appliance`), either variable present is the user's."""
+    env = dict(os.environ)
     user_set = _user_set if _user_set is not None else {name for name in _USER_SETTINGS if name in env}
-    if not user_set and "GOMP_SPINCOUNT" not in env and alone():
+    if not user_set and alone():
         env["GOMP_SPINCOUNT"] = str(SPIN_COUNT)
     return env

@@ -6,7 +6,8 @@ step is thousands of small kernels, and a passive thread sleeps after each one, 
 step time when the process is alone. Each policy trains the pipeline's SFT stage (the same seed, so the same
 batches) for a few steps in a child process of its own, `appliance train sft` as `appliance run` starts it,
 after one warm-up child that is not counted; the policies take turns over `--rounds`. Libgomp reads
-GOMP_SPINCOUNT before OMP_WAIT_POLICY, so `spin_N` is passive waiting after N spins.
+GOMP_SPINCOUNT before OMP_WAIT_POLICY, so `spin_N` is passive waiting after N spins. Every policy names its
+variables, so `appliance run`'s own choice (appliance.cpu_waiting, which spins when the machine is idle) stays out.
 
     .venv/bin/python bench/bench_omp_wait.py [--steps 16] [--rounds 1] [--policies passive,spin_100000,active]
 
@@ -20,32 +21,32 @@ import os
 import statistics
 import tempfile
 
+from appliance.pipeline import PipelineSettings, check_inputs
+
 STEPS_SKIPPED = 3  # the first steps also build the CPU kernels for new batch shapes
 
 
 def policy_env(policy: str) -> dict[str, str]:
-    """The environment a policy's child runs under (passive: the appliance's own default)."""
+    """The environment a policy's child runs under; each names OMP_WAIT_POLICY, so the pipeline adds nothing."""
     env = {key: value for key, value in os.environ.items() if key not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
-    if policy == "active":
-        env["OMP_WAIT_POLICY"] = "ACTIVE"
-    elif policy.startswith("spin_"):
+    env["OMP_WAIT_POLICY"] = "ACTIVE" if policy == "active" else "PASSIVE"
+    if policy.startswith("spin_"):
         env["GOMP_SPINCOUNT"] = policy.removeprefix("spin_")
-    elif policy != "passive":
+    elif policy not in ("passive", "active"):
         raise SystemExit(f"unknown policy {policy!r}: use passive, active or spin_N")
     return env
 
 
-def step_seconds(policy: str, steps: int, root: str) -> tuple[list[float], float]:
-    """One child SFT run under `policy`: its step times after the first STEPS_SKIPPED, and its last loss."""
+def step_seconds(settings, policy: str, steps: int, root: str) -> tuple[list[float], float]:
+    """One child SFT run of the pipeline's stage (`settings`, settled by check_inputs) under `policy`: its step
+    times after the first STEPS_SKIPPED, and its last loss."""
     from appliance.events import StepMetrics
-    from appliance.pipeline import PipelineSettings, run_stage
+    from appliance.pipeline import run_stage
 
-    settings = PipelineSettings()
-    missing = {"missing_tool_share": 0.3, "missing_tool_listing": "other"}  # the pipeline's, for workplace-single
-    args = ["train", "sft", "--steps", str(steps), "--eval-every", str(steps), "--eval-limit", "1", "--fit-limit",
-            "0", "--batch-size", str(settings.sft_batch_size),
-            "--missing-tool-share", str(missing["missing_tool_share"]),
-            "--missing-tool-listing", missing["missing_tool_listing"],
+    args = ["train", "sft", "--pack", settings.pack, "--steps", str(steps), "--eval-every", str(steps),
+            "--eval-limit", "1", "--fit-limit", "0", "--batch-size", str(settings.sft_batch_size),
+            "--missing-tool-share", str(settings.sft_missing_tool_share),
+            "--missing-tool-listing", settings.sft_missing_tool_listing,
             "--workspace", os.path.join(root, "runs"), "--checkpoints", os.path.join(root, "checkpoints")]
     saved = dict(os.environ)
     os.environ.clear()
@@ -70,11 +71,13 @@ def main() -> None:
         policies.insert(0, "passive")
     seconds: dict[str, list[float]] = {policy: [] for policy in policies}
     losses: dict[str, float] = {}
+    settings = check_inputs(PipelineSettings())
     with tempfile.TemporaryDirectory() as root:
-        step_seconds("passive", STEPS_SKIPPED + 2, os.path.join(root, "warm-up"))
+        step_seconds(settings, "passive", STEPS_SKIPPED + 2, os.path.join(root, "warm-up"))
         for round_index in range(args.rounds):
             for policy in policies:
-                times, losses[policy] = step_seconds(policy, args.steps, os.path.join(root, f"{policy}-{round_index}"))
+                times, losses[policy] = step_seconds(settings, policy, args.steps,
+                                                     os.path.join(root, f"{policy}-{round_index}"))
                 seconds[policy] += times
     base = statistics.median(seconds["passive"])
     for policy in policies:
