@@ -20,11 +20,11 @@ from collections import deque
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
-from appliance.cpu_waiting import stage_environment
+from appliance.cpu_waiting import stage_environment, waiting_line
 from appliance.errors import ERROR_PREFIX, ApplianceError
 from appliance.generate.strict import STRICT_BY_DEFAULT, STRICT_HELP
 from appliance.interrupts import sigterm_as_interrupt
-from appliance.events import (Event, EventSink, EvalFinished, RunFailed, RunFinished, RunStarted, null_sink,
+from appliance.events import (Event, EventSink, EvalFinished, Log, RunFailed, RunFinished, RunStarted, null_sink,
                               parse_event)
 from appliance.train.config import TrainConfig
 
@@ -124,8 +124,11 @@ def run_stage(args: list[str], sink: EventSink) -> list[Event]:
     Ctrl-C reaches the child too (same process group): it stores what finished and exits, and the
     interrupt goes on from here. A failed child becomes one ApplianceError with its own words.
     """
+    env = stage_environment()
+    command = " ".join(args[:2] if args[0] == "train" else args[:1])
+    sink(Log(message=f"stage `appliance {command}`: {waiting_line(env)}"))
     proc = subprocess.Popen([sys.executable, "-m", "appliance", *args, "--events"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, bufsize=1, env=stage_environment())
+                            stderr=subprocess.PIPE, text=True, bufsize=1, env=env)
     stderr_tail: deque[str] = deque(maxlen=20)
     reader = threading.Thread(target=lambda: stderr_tail.extend(proc.stderr), daemon=True)
     reader.start()
@@ -172,6 +175,12 @@ def _common_args(s: PipelineSettings, workspace: Any) -> list[str]:
             "--strict" if s.strict else "--no-strict"]
 
 
+def _eval_args(s: PipelineSettings, workspace: Any, pack: str, split: str, *extra: str) -> list[str]:
+    """`appliance eval` of the run's model on `pack`/`split`, as many tasks as the run evaluates."""
+    limit = ["--limit", str(s.eval_limit)] if s.eval_limit else []
+    return ["eval", "--model", s.model, "--pack", pack, "--split", split, *extra, *limit, *_common_args(s, workspace)]
+
+
 def check_inputs(s: PipelineSettings) -> PipelineSettings:
     """Refuse an unknown pack or model, no SFT passes, or SFT options the stage would refuse, in one sentence
     before any stage starts (no model loads here); the settings with the pack's defaults settled, so the run
@@ -196,9 +205,8 @@ def run_pipeline(s: PipelineSettings, *, workspace: Any, sink: EventSink = null_
     sink(RunStarted(run_id=run_id, kind="pipeline", config=asdict(s)))
     result = PipelineResult(lines=[])
     t0 = time.perf_counter()
-    limit = ["--limit", str(s.eval_limit)] if s.eval_limit else []
-    baseline = _last(run_stage(["eval", "--model", s.model, "--pack", s.pack, "--split", "val", "-k",
-                                str(s.baseline_k), *limit, *_common_args(s, workspace)], sink), EvalFinished)
+    baseline = _last(run_stage(_eval_args(s, workspace, s.pack, "val", "-k", str(s.baseline_k)), sink),
+                     EvalFinished)
     _timed(result, "baseline", t0)
     result.baseline = baseline
     m, k = baseline.metrics, s.baseline_k
@@ -293,13 +301,18 @@ def _heldout_line(adapter: str) -> str:
 
 def _promote(s: PipelineSettings, adapter: str, workspace: Any, sink: EventSink, result: PipelineResult,
              reuse: dict[str, str]) -> None:
-    """The gate runs here: it only reads stored evals and runs the small BFCL gate evals."""
-    from appliance.promotion import GateSettings, promote
+    """The gate: its evals beyond the held-out split (BFCL's) run first as stages of their own, so their
+    threads wait as every stage's do; then it reads the stored evals and decides."""
+    from appliance.promotion import GateSettings, gate_baseline, gate_evals, promote
 
     t0 = time.perf_counter()
+    settings = GateSettings(limit=s.eval_limit, strict=s.strict)
+    plan = gate_evals(adapter, gate_baseline(s.checkpoints_root), pack=s.pack, tasks_root=s.tasks_root, s=settings)
+    for key, (side, pack, split) in plan.items():
+        args = _eval_args(s, workspace, pack, split, *(["--adapter", side] if side else []))
+        reuse = dict(reuse, **{key: _last(run_stage(args, sink), EvalFinished).eval_id})
     decision = promote(adapter, root=s.checkpoints_root, model=s.model, pack=s.pack, tasks_root=s.tasks_root,
-                       workspace=workspace, sink=sink, settings=GateSettings(limit=s.eval_limit, strict=s.strict),
-                       reuse=reuse)
+                       workspace=workspace, sink=sink, settings=settings, reuse=reuse)
     _timed(result, "gate", t0)
     result.promoted, result.candidate = decision.promoted, adapter
     result.lines.append(("PROMOTED: " if decision.promoted else "NOT PROMOTED: ") + decision.summary)

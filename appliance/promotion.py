@@ -179,33 +179,51 @@ def _measure(model: str, adapter: str | None, pack: str, split: str, s: GateSett
     return _Measured(report.metrics, success_rate_by_task(report.samples))
 
 
+def gate_evals(candidate: str, baseline: str | None, *, pack: str, tasks_root: str,
+               s: GateSettings) -> dict[str, tuple[str | None, str, str]]:
+    """The evals the gate runs beside the held-out split's, by their `reuse` key: (adapter, pack, split).
+
+    The regression split's when the pack has one, and the general pack's gate split when it is installed. A
+    pipeline runs them ahead in stage processes of their own (appliance.pipeline) and passes their ids."""
+    from appliance.packs import list_packs, load_pack
+
+    plan: dict[str, tuple[str | None, str, str]] = {}
+    if s.regression_split in load_pack(pack, root=tasks_root).splits:
+        plan.update(baseline_regression=(baseline, pack, s.regression_split),
+                    candidate_regression=(candidate, pack, s.regression_split))
+    if s.general_pack in list_packs(tasks_root) and s.general_split in load_pack(
+            s.general_pack, root=tasks_root).splits:
+        plan.update(baseline_general=(baseline, s.general_pack, s.general_split),
+                    candidate_general=(candidate, s.general_pack, s.general_split))
+    return plan
+
+
 def collect_evidence(candidate: str, baseline: str | None, *, model: str, pack: str, tasks_root: str,
                      workspace: Any, s: GateSettings, sink: EventSink = null_sink,
                      reuse: dict[str, str] | None = None) -> GateEvidence:
-    """Held-out and general evals of both sides; `reuse` maps "baseline"/"candidate" to stored eval ids."""
-    from appliance.packs import list_packs, load_pack
+    """Held-out and general evals of both sides; `reuse` maps "baseline", "candidate" and the keys of
+    `gate_evals` to stored eval ids."""
+    from appliance.packs import load_pack
 
     reuse = reuse or {}
     common = {"s": s, "tasks_root": tasks_root, "workspace": workspace, "sink": sink}
     base = _measure(model, baseline, pack, s.heldout_split, reuse_eval=reuse.get("baseline"), **common)
     cand = _measure(model, candidate, pack, s.heldout_split, reuse_eval=reuse.get("candidate"), **common)
     success = _paired(base, cand)
-    loaded = load_pack(pack, root=tasks_root)
-    do_nothing = _against_declining(loaded, cand)
+    do_nothing = _against_declining(load_pack(pack, root=tasks_root), cand)
+    measured = {key: _measure(model, adapter, on_pack, split, reuse_eval=reuse.get(key), **common)
+                for key, (adapter, on_pack, split) in gate_evals(candidate, baseline, pack=pack,
+                                                                 tasks_root=tasks_root, s=s).items()}
     regression: dict[str, Any] = {}
-    if s.regression_split in loaded.splits:
-        base_r = _measure(model, baseline, pack, s.regression_split, **common)
-        cand_r = _measure(model, candidate, pack, s.regression_split, **common)
+    if "candidate_regression" in measured:
+        base_r, cand_r = measured["baseline_regression"], measured["candidate_regression"]
         regression = {"baseline_regression": base_r.metrics, "candidate_regression": cand_r.metrics,
                       "regression": _paired(base_r, cand_r)}
-    if s.general_pack not in list_packs(tasks_root) or s.general_split not in load_pack(
-            s.general_pack, root=tasks_root).splits:
+    if "candidate_general" not in measured:
         return GateEvidence(base.metrics, cand.metrics, success, **regression, do_nothing=do_nothing)
-    base_g = _measure(model, baseline, s.general_pack, s.general_split, **common)
-    cand_g = _measure(model, candidate, s.general_pack, s.general_split, **common)
-    general = _paired(base_g, cand_g)
-    return GateEvidence(base.metrics, cand.metrics, success, base_g.metrics, cand_g.metrics, general, **regression,
-                        do_nothing=do_nothing)
+    base_g, cand_g = measured["baseline_general"], measured["candidate_general"]
+    return GateEvidence(base.metrics, cand.metrics, success, base_g.metrics, cand_g.metrics,
+                        _paired(base_g, cand_g), **regression, do_nothing=do_nothing)
 
 
 def _against_declining(pack: Any, cand: _Measured) -> SuccessDelta:
@@ -219,6 +237,14 @@ def _against_declining(pack: Any, cand: _Measured) -> SuccessDelta:
 def _paired(base: _Measured, cand: _Measured) -> SuccessDelta:
     """The candidate's per-task success against the baseline's, resampling the templates the evals stored."""
     return paired_bootstrap(base.per_task, cand.per_task, clusters=stored_templates(base.metrics, cand.metrics))
+
+
+def gate_baseline(root: str) -> str | None:
+    """What a candidate is gated against: the registry's promoted adapter, or None for the base model."""
+    from appliance import checkpoints
+
+    promoted = checkpoints.current_promoted(root)
+    return promoted["path"] if promoted else None
 
 
 def promote(checkpoint: str, *, root: str = "checkpoints", model: str | None = None, pack: str | None = None,
@@ -239,8 +265,7 @@ def promote(checkpoint: str, *, root: str = "checkpoints", model: str | None = N
     pack = pack or (manifest.get("pack") or {}).get("name")
     if not model or not pack:
         raise ApplianceError(f"{candidate}'s manifest names no base model or pack; pass --model and --pack.")
-    promoted = checkpoints.current_promoted(root)
-    baseline = promoted["path"] if promoted else None
+    baseline = gate_baseline(root)
     if baseline is not None and reuse and "baseline" in reuse:
         reuse = {k: v for k, v in reuse.items() if k != "baseline"}  # that eval was of the base model
     evidence = collect_evidence(candidate, baseline, model=model, pack=pack, tasks_root=tasks_root,

@@ -2,7 +2,7 @@
 import pytest
 
 from appliance import cpu_waiting
-from appliance.cpu_waiting import SPIN_COUNT, machine_is_ours, stage_environment
+from appliance.cpu_waiting import SPIN_COUNT, machine_is_ours, stage_environment, waiting_line
 
 
 def readings(*values):
@@ -33,3 +33,5 @@ def test_a_stage_spins_only_alone_and_never_over_the_users_setting(monkeypatch, 
     assert (env.get("GOMP_SPINCOUNT") == str(SPIN_COUNT)) == spins
     assert env.get("OMP_WAIT_POLICY") == user_env.get("OMP_WAIT_POLICY", "PASSIVE")
     assert env.get("GOMP_SPINCOUNT", "unset") == user_env.get("GOMP_SPINCOUNT", str(SPIN_COUNT) if spins else "unset")
+    said = waiting_line(env)
+    assert ("set" in said) if user_env else (("spin" in said) == spins and ("passively" in said) != spins)

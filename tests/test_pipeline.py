@@ -36,6 +36,10 @@ def test_quick_pipeline_runs_every_stage_and_stores_the_decision(tiny_model_dir,
                         "WHERE status = 'finished' AND split NOT IN ('train', 'train_rl')", [str(strict).lower()])
     assert evals[0][0] == 5  # baseline, SFT and GRPO held-out checks, two BFCL gate evals (the rest reused)
     assert evals[0][1] == 5  # every stage decoded as asked, so the gate could reuse the pipeline's evals
+    # Every eval ran as a stage of its own, the gate's BFCL pair too, each saying how its threads wait.
+    assert proc.stderr.count("stage `appliance eval`: threads ") == 3
+    assert "stage `appliance train sft`: threads " in proc.stderr
+    assert proc.stderr.count("gate: reusing stored eval") == 4
     _, fits = ws.query("SELECT split, n_samples FROM evals WHERE split IN ('train', 'train_rl') ORDER BY split")
     assert fits == [("train", 6), ("train_rl", 6)]  # each stage's fit on its own first tasks, as few as held out
     assert "of its own `train` tasks" in proc.stdout and "of its own `train_rl` tasks" in proc.stdout
