@@ -194,6 +194,27 @@ def test_grpo_step_changes_lora_writes_rollouts_and_checkpoint(config, tmp_path)
     assert sum(e.type == "rollout_scored" for e in seen) == 8
 
 
+def test_an_eval_between_steps_leaves_the_rest_of_the_run_as_it_was(config, tmp_path):
+    """`eval_every` never changes what a run trains: a checkpoint's eval loads its adapter and seeds its own
+    sampling, and the steps after it still draw the samples they would have drawn without it."""
+    import torch
+
+    from appliance.evaluate.heldout import make_heldout_eval
+    from appliance.store import Workspace
+
+    def trained(eval_every: int) -> dict:
+        folder = tmp_path / f"every-{eval_every}"
+        run = dataclasses.replace(config, steps=2, eval_every=eval_every, output=str(folder / "checkpoints"),
+                                  workspace=str(folder / "runs"))
+        workspace = Workspace.open(run.workspace)
+        on_eval = make_heldout_eval(model=run.model, pack=run.pack, workspace=workspace, k=2, limit=1)
+        return lora_tensors(grpo(run, on_eval=on_eval, workspace=workspace).final_adapter)
+
+    at_the_end, after_each_step = trained(2), trained(1)
+    assert at_the_end.keys() == after_each_step.keys()
+    assert all(torch.equal(at_the_end[key], after_each_step[key]) for key in at_the_end)
+
+
 def test_guided_grpo_trains_on_the_reference_answer_where_no_sample_succeeded(config):
     from appliance.store import Workspace
 

@@ -12,6 +12,8 @@ import dataclasses
 import re
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -114,7 +116,8 @@ class RunContext:
             self.backend.save_adapter(model, tmp)
             ckpt = registry.save_checkpoint(self.config.output, tmp, manifest)
         if on_eval is not None:
-            heldout = dict(on_eval(str(ckpt.path), step, **self._eval_context(model)) or {})
+            with random_state_kept():
+                heldout = dict(on_eval(str(ckpt.path), step, **self._eval_context(model)) or {})
             fit = heldout.pop("fit", None)  # the run's own training tasks: not a held-out number
             manifest["metrics"]["heldout"] = heldout
             if fit:
@@ -147,12 +150,33 @@ class RunContext:
             self.writer.alarm(alarm.kind, alarm.message, step=alarm.step)
 
 
-# ---------------------------------------------------------------- starting and finishing
+@contextmanager
+def random_state_kept() -> Iterator[None]:
+    """Run a block without moving the process's random streams (Python's, NumPy's, torch's on the CPU and each
+    GPU). A checkpoint's eval between training steps loads an adapter and seeds its sampling; the steps after it
+    must draw what they would have drawn without it, or `--eval-every` changes the adapter a run trains
+    (docs/learning.md, session 54: a dev eval at GRPO's step 5 changed the samples of steps 6-15)."""
+    import random
+
+    import numpy as np
+    import torch
+
+    python_state, numpy_state = random.getstate(), np.random.get_state()
+    devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+    try:
+        with torch.random.fork_rng(devices=devices):
+            yield
+    finally:
+        random.setstate(python_state)
+        np.random.set_state(numpy_state)
+
 
 def _numbers(prefix: str, values: dict[str, Any] | None) -> dict[str, float]:
     """The numeric entries of a manifest's metrics block, as `prefix/name` event metrics."""
     return {f"{prefix}/{k}": v for k, v in (values or {}).items() if isinstance(v, (int, float))}
 
+
+# ---------------------------------------------------------------- starting and finishing
 
 def find_run_dir(config: TrainConfig) -> Path:
     given = Path(str(config.resume_from))
