@@ -60,13 +60,16 @@ def machine_is_ours(read: Callable[[], int] = running_processes, samples: int = 
     return least <= 1
 
 
-def stage_environment(alone: Callable[[], bool] = machine_is_ours) -> dict[str, str]:
-    """The environment for a stage's child: this process's, plus spinning threads when the machine is ours.
+def _chosen_by_user(env: Mapping[str, str]) -> set[str]:
+    """Which waiting variables the user set: those seen by `wait_passively`, or without it (a caller other than
+    `appliance`) whichever `env` holds."""
+    return set(_user_set) if _user_set is not None else {name for name in _USER_SETTINGS if name in env}
 
-    Without `wait_passively` (a caller other than `appliance`), either variable present is the user's."""
+
+def stage_environment(alone: Callable[[], bool] = machine_is_ours) -> dict[str, str]:
+    """The environment for a stage's child: this process's, plus spinning threads when the machine is ours."""
     env = dict(os.environ)
-    user_set = _user_set if _user_set is not None else {name for name in _USER_SETTINGS if name in env}
-    if not user_set and alone():
+    if not _chosen_by_user(env) and alone():
         env["GOMP_SPINCOUNT"] = str(SPIN_COUNT)
     return env
 
@@ -74,7 +77,7 @@ def stage_environment(alone: Callable[[], bool] = machine_is_ours) -> dict[str, 
 def waiting_line(env: Mapping[str, str]) -> str:
     """How the threads of a stage started with `env` wait, and why: one line for the run's log, since a stage
     that waits passively takes about 1.4 times as long (the module's bench)."""
-    user_set = _user_set if _user_set is not None else set()
+    user_set = _chosen_by_user(env)
     if user_set:
         chosen = ", ".join(f"{name}={env.get(name, '')}" for name in sorted(user_set))
         return f"threads wait as you set ({chosen})"

@@ -307,10 +307,11 @@ def _promote(s: PipelineSettings, adapter: str, workspace: Any, sink: EventSink,
 
     t0 = time.perf_counter()
     settings = GateSettings(limit=s.eval_limit, strict=s.strict)
+    reuse = dict(reuse)
     plan = gate_evals(adapter, gate_baseline(s.checkpoints_root), pack=s.pack, tasks_root=s.tasks_root, s=settings)
     for key, (side, pack, split) in plan.items():
         args = _eval_args(s, workspace, pack, split, *(["--adapter", side] if side else []))
-        reuse = dict(reuse, **{key: _last(run_stage(args, sink), EvalFinished).eval_id})
+        reuse[key] = _last(run_stage(args, sink), EvalFinished).eval_id
     decision = promote(adapter, root=s.checkpoints_root, model=s.model, pack=s.pack, tasks_root=s.tasks_root,
                        workspace=workspace, sink=sink, settings=settings, reuse=reuse)
     _timed(result, "gate", t0)
