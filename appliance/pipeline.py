@@ -1,9 +1,10 @@
 """`appliance run`: the seed's workflow end to end on one pack.
 
 baseline eval on held-out tasks → recommendation → SFT if the format is rarely
-right → GRPO with the pack's verifiable reward → promotion gate (held-out eval of
-candidate vs baseline, safety, latency, BFCL) → a short report. Every stage
-stores its rows, so the report is also one SQL query away.
+right → GRPO with the pack's verifiable reward → the checkpoint to promote, picked
+on `dev` by the gate's safety rule → promotion gate (held-out eval of candidate vs
+baseline, safety, latency, BFCL) → a short report. Every stage stores its rows, so
+the report is also one SQL query away.
 
 Each model-holding stage runs as its own `appliance …` child process that
 streams typed events (STYLE rule 4): on a GPU the baseline's vLLM engine, the
@@ -24,8 +25,8 @@ from appliance.cpu_waiting import stage_environment, waiting_line
 from appliance.errors import ERROR_PREFIX, ApplianceError
 from appliance.generate.strict import STRICT_BY_DEFAULT, STRICT_HELP
 from appliance.interrupts import sigterm_as_interrupt
-from appliance.events import (Event, EventSink, EvalFinished, Log, RunFailed, RunFinished, RunStarted, null_sink,
-                              parse_event)
+from appliance.events import (CheckpointSaved, Event, EventSink, EvalFinished, Log, RunFailed, RunFinished,
+                              RunStarted, null_sink, parse_event)
 from appliance.train.config import TrainConfig
 
 
@@ -35,6 +36,8 @@ QUICK_EVAL_LIMIT = 6  # held-out tasks per eval (the baseline, each stage's own 
 QUICK_SFT_STEPS, QUICK_GRPO_STEPS = 4, 2
 QUICK_SCREEN_LIMIT = 16  # tasks a --quick run screens for GRPO: enough to pick its 2, seconds not minutes
 QUICK_PROMPTS_PER_STEP = 1  # one group of rollouts a GRPO step
+QUICK_SELECT_EVERY = 1  # a quick run reads both GRPO checkpoints on dev, so the pick runs too
+SELECTION_SPLIT = "dev"  # where the pipeline picks its candidate checkpoint; the gate reads `val`
 _TRAIN_FIELDS = {f.name: f for f in fields(TrainConfig)}
 
 
@@ -78,6 +81,13 @@ class PipelineSettings:
     sft_missing_tool_share: float | None = _sft_option("missing_tool_share")
     sft_missing_tool_listing: str | None = _sft_option("missing_tool_listing")
     grpo_steps: int = field(default=15, metadata={"help": "GRPO steps"})
+    # Chosen on dev (docs/learning.md, session 55, H100): H94's GRPO read every 5 steps (H98) gained 6 dev points
+    # by step 5 with its start's unsafe actions and 10 by step 15 with one more, the twin of val's.
+    grpo_select_every: int = field(default=5, metadata={
+        "help": f"evaluate GRPO's checkpoints on the pack's `{SELECTION_SPLIT}` split every N steps and keep, "
+                f"among its start and them, the one with the highest `{SELECTION_SPLIT}` success whose "
+                "unsafe-action rate there is not above its start's (ties: the earlier); 0 = keep the last "
+                f"checkpoint, also the choice for a pack without a `{SELECTION_SPLIT}` split"})
     strict: bool = field(default=STRICT_BY_DEFAULT, metadata={
         "help": f"{STRICT_HELP}: baseline, training and gate alike"})
     checkpoints_root: str = field(default="checkpoints", metadata={"help": "adapter registry"})
@@ -86,6 +96,7 @@ class PipelineSettings:
         if self.quick:
             self.eval_limit = min(self.eval_limit or QUICK_EVAL_LIMIT, QUICK_EVAL_LIMIT)
             self.sft_steps, self.grpo_steps = QUICK_SFT_STEPS, QUICK_GRPO_STEPS
+            self.grpo_select_every = min(self.grpo_select_every, QUICK_SELECT_EVERY)
 
     def sft_steps_for(self, train_rows: int) -> int:
         """SFT's steps: the given count, else sft_passes over `train_rows` rows at sft_batch_size a step."""
@@ -195,7 +206,11 @@ def check_inputs(s: PipelineSettings) -> PipelineSettings:
     missing = s.sft_missing_tools(pack)
     refuse_other_listing_without_domains(TrainConfig(stage="sft", model=s.model, pack=s.pack, **missing), pack)
     require_available(s.model)
-    return replace(s, sft_steps=s.sft_steps_for(len(pack.tasks("train"))),
+    if s.grpo_select_every < 0:
+        raise ApplianceError(f"grpo_select_every must be 0 (keep the last checkpoint) or a number of steps, "
+                             f"not {s.grpo_select_every!r}.")
+    select_every = s.grpo_select_every if SELECTION_SPLIT in pack.splits else 0
+    return replace(s, sft_steps=s.sft_steps_for(len(pack.tasks("train"))), grpo_select_every=select_every,
                    **{f"sft_{name}": value for name, value in missing.items()})
 
 
@@ -230,51 +245,117 @@ def run_pipeline(s: PipelineSettings, *, workspace: Any, sink: EventSink = null_
     return result
 
 
-def _train_stage(stage: str, s: PipelineSettings, workspace: Any, sink: EventSink, extra: list[str]) -> str:
-    """One training child process; returns its final adapter folder."""
+def _train_stage(stage: str, s: PipelineSettings, workspace: Any, sink: EventSink, extra: list[str], *,
+                 every: int | None = None, split: str | None = None) -> tuple[str, list[Event]]:
+    """One training child process, its checkpoints evaluated every `every` steps (default: at the end only) on
+    `split` (default: the stage's); returns its final adapter folder and its events."""
     steps = s.sft_steps if stage == "sft" else s.grpo_steps
     batch = ["--batch-size", str(s.sft_batch_size), "--missing-tool-share", str(s.sft_missing_tool_share),
              "--missing-tool-listing", s.sft_missing_tool_listing] if stage == "sft" else []
+    evals = ["--eval-every", str(every or steps), *(["--eval-split", split] if split else [])]
     # A quick run checks the fit on as few training tasks as it evaluates held out.
     fit = ["--fit-limit", str(s.eval_limit)] if s.quick else []
-    args = ["train", stage, "--model", s.model, "--pack", s.pack, "--steps", str(steps), "--eval-every", str(steps),
-            *batch,
+    args = ["train", stage, "--model", s.model, "--pack", s.pack, "--steps", str(steps), *evals, *batch,
             "--checkpoints", s.checkpoints_root, "--eval-limit", str(s.eval_limit or 0), *fit, *extra,
             *_common_args(s, workspace)]
-    finished = _last(run_stage(args, sink), RunFinished)
+    events = run_stage(args, sink)
+    finished = _last(events, RunFinished)
     adapter = finished.summary.get("final_adapter")
     if not adapter:
         raise ApplianceError(f"run {finished.run_id} saved no adapter; check `appliance checkpoints list`.")
-    return str(adapter)
+    return str(adapter), events
+
+
+@dataclass(frozen=True)
+class Contender:
+    """An adapter the pipeline may hand to the gate, as it read on the selection split."""
+    name: str
+    adapter: str | None  # None: the base model, which the gate has nothing to promote for
+    success: float
+    unsafe: float
+
+
+def pick_candidate(start: Contender, checkpoints: list[Contender]) -> Contender:
+    """The gate's safety rule, applied on the selection split before val is read: of the start (when it is an
+    adapter) and GRPO's checkpoints in step order, those whose unsafe-action rate is not above the start's come
+    first; among them the highest success; ties go to the earlier, the start first (the lighter change)."""
+    pool = ([start] if start.adapter else []) + checkpoints
+    ranked = sorted(enumerate(pool), key=lambda item: (item[1].unsafe > start.unsafe, -item[1].success, item[0]))
+    return ranked[0][1]
+
+
+def _checkpoint_contenders(events: list[Event]) -> list[Contender]:
+    return [Contender(f"step {e.step}", e.path, e.metrics.get("heldout/execution_success_rate", 0.0),
+                      e.metrics.get("heldout/unsafe_action_rate", 0.0))
+            for e in events if isinstance(e, CheckpointSaved)]
+
+
+def _selection_line(start: Contender, checkpoints: list[Contender], chosen: Contender) -> str:
+    read = "; ".join(f"{c.name} {c.success:.1%}, unsafe {c.unsafe:.1%}" for c in [start, *checkpoints])
+    return f"pick on `{SELECTION_SPLIT}` (success, unsafe-action rate): {read} → {chosen.name}"
 
 
 def _train(s: PipelineSettings, action: str, workspace: Any, sink: EventSink,
            result: PipelineResult) -> tuple[str, str | None]:
-    """SFT when recommended, then GRPO; returns the final adapter and its held-out eval id."""
+    """SFT when recommended, then GRPO, then the candidate picked on dev; returns it and its held-out eval id."""
     init: list[str] = []
     sft_adapter = None
     if action in ("sft", "out_of_reach"):
         t0 = time.perf_counter()
-        sft_adapter = _train_stage("sft", s, workspace, sink, [])
+        sft_adapter, _ = _train_stage("sft", s, workspace, sink, [])
         _timed(result, "sft", t0)
         result.lines.append(f"SFT: {s.sft_steps} steps of {s.sft_batch_size} → {sft_adapter} "
                             f"({result.stages_s['sft']:.0f}s)" + _heldout_line(sft_adapter))
         init = ["--init-adapter", sft_adapter]
+    selecting = s.grpo_select_every > 0
+    start = _read_start(s, sft_adapter, workspace, sink, result) if selecting else None
     t0 = time.perf_counter()
-    grpo_adapter = _train_stage("grpo", s, workspace, sink, init + s.grpo_args())
+    grpo_adapter, events = _train_stage("grpo", s, workspace, sink, init + s.grpo_args(),
+                                        every=s.grpo_select_every or None,
+                                        split=SELECTION_SPLIT if selecting else None)
     _timed(result, "grpo", t0)
     result.lines.append(f"GRPO: {s.grpo_steps} steps → {grpo_adapter} ({result.stages_s['grpo']:.0f}s)"
                         + _heldout_line(grpo_adapter))
+    if start is None:
+        candidate, candidate_eval = grpo_adapter, _heldout(grpo_adapter).get("eval_id")
+    else:
+        contenders = _checkpoint_contenders(events)
+        chosen = pick_candidate(start, contenders)
+        result.lines.append(_selection_line(start, contenders, chosen))
+        if chosen is start:  # GRPO added nothing the rule allows: the SFT start goes to the gate, read on val
+            return str(sft_adapter), _heldout(str(sft_adapter)).get("eval_id")
+        candidate, candidate_eval = str(chosen.adapter), _read_on_val(s, str(chosen.adapter), workspace, sink,
+                                                                      result)
     if sft_adapter is not None:
-        result.lines.extend(_grpo_vs_start(workspace, sft_adapter, grpo_adapter))
-    return grpo_adapter, _heldout(grpo_adapter).get("eval_id")
+        result.lines.extend(_grpo_vs_start(workspace, _heldout(sft_adapter).get("eval_id"), candidate_eval))
+    return candidate, candidate_eval
 
 
-def _grpo_vs_start(workspace: Any, start: str, grpo: str) -> list[str]:
+def _read_start(s: PipelineSettings, sft_adapter: str | None, workspace: Any, sink: EventSink,
+                result: PipelineResult) -> Contender:
+    """GRPO's start (the SFT adapter, else the base model) on the selection split, as its own stage."""
+    t0 = time.perf_counter()
+    adapter = ["--adapter", sft_adapter] if sft_adapter else []
+    read = _last(run_stage(_eval_args(s, workspace, s.pack, SELECTION_SPLIT, *adapter), sink), EvalFinished)
+    _timed(result, f"start on {SELECTION_SPLIT}", t0)
+    return Contender("the start", sft_adapter, read.metrics.get("execution_success_rate") or 0.0,
+                     read.metrics.get("unsafe_action_rate") or 0.0)
+
+
+def _read_on_val(s: PipelineSettings, adapter: str, workspace: Any, sink: EventSink, result: PipelineResult) -> str:
+    """The picked checkpoint's held-out eval, as its own stage; returns its eval id."""
+    t0 = time.perf_counter()
+    read = _last(run_stage(_eval_args(s, workspace, s.pack, "val", "--adapter", adapter), sink), EvalFinished)
+    _timed(result, "candidate on val", t0)
+    result.lines.append(f"candidate {adapter}: held-out success {read.metrics['execution_success_rate']:.1%} "
+                        f"on val ({result.stages_s['candidate on val']:.0f}s)")
+    return read.eval_id
+
+
+def _grpo_vs_start(workspace: Any, start_eval: str | None, grpo_eval: str | None) -> list[str]:
     """Did GRPO itself help? Its held-out eval against its SFT start's, paired by task."""
     from appliance.evaluate.stored import compare_stored
 
-    start_eval, grpo_eval = _heldout(start).get("eval_id"), _heldout(grpo).get("eval_id")
     if not start_eval or not grpo_eval:
         return []
     delta = compare_stored(workspace, start_eval, grpo_eval)["success"]

@@ -327,6 +327,8 @@ def scores_line(manifest: dict[str, Any]) -> str:
     line = ""
     if isinstance(heldout.get("heldout_success"), (int, float)):
         line += f"; held-out success {heldout['heldout_success']:.1%}"
+        if heldout.get("split", "val") != "val":
+            line += f" on `{heldout['split']}`"
     if isinstance(fit.get("success"), (int, float)):
         line += f"; on {fit.get('n_tasks')} of its own `{fit.get('split')}` tasks {fit['success']:.1%}"
     return line

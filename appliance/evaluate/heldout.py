@@ -51,6 +51,7 @@ def make_heldout_eval(*, model: str, pack: str, workspace: Any, split: str = "va
         metrics = {key: report.metrics.get(key) for key in HELDOUT_KEYS}
         metrics["heldout_success"] = report.metrics["execution_success_rate"]
         metrics["eval_id"] = report.eval_id
+        metrics["split"] = split
         metrics["step"] = step
         if fits:
             fit = evaluate(str(fit_split), fit_limit)
