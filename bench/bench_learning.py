@@ -1,7 +1,11 @@
 """Learning, the headline: baseline → SFT → GRPO on the embedded model, with the honest protocol.
 
 SFT trains on the pack's `train` split; GRPO, from the SFT adapter, on `train_rl`
-(wordings and intents SFT never saw) when the pack has one. Every stage is
+(wordings and intents SFT never saw) when the pack has one. As `appliance run`
+does, GRPO saves a checkpoint every `grpo_select_every` steps and the stage
+reported as sft_grpo is the one `appliance.pipeline.pick_candidate` keeps on
+`dev` (the SFT start itself when no checkpoint beats it there without more unsafe
+actions; `grpo_pick:` names it). Every stage is
 evaluated greedily on each split of `--eval-splits`: `dev` is where settings are
 chosen, `val` is reported once per chosen setting. pass@k of the SFT start
 (sampled, T 0.7) says how much GRPO can convert: it can only reinforce what the
@@ -56,6 +60,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from appliance.packs import load_pack
+    from appliance.pipeline import SELECTION_SPLIT
     from appliance.store import Workspace
     from appliance.train import TrainConfig, run_grpo, run_sft
 
@@ -94,12 +99,32 @@ def main() -> None:
             reports[(split, "sft_pass_k")] = report
             seconds[f"{split}_sft_pass{args.pass_k}_eval_s"] = took
     t0 = time.perf_counter()
-    grpo = run_grpo(TrainConfig(stage="grpo", steps=args.grpo_steps, eval_every=args.grpo_steps,
+    select_every = run.grpo_select_every if SELECTION_SPLIT in pack.splits else 0
+    grpo = run_grpo(TrainConfig(stage="grpo", steps=args.grpo_steps, eval_every=select_every or args.grpo_steps,
                                 init_adapter=sft_adapter, reward=args.reward, **common), workspace=ws)
     seconds["sft_grpo_train_s"] = time.perf_counter() - t0
-    evaluate_all("sft_grpo", grpo.final_adapter)
+    t0 = time.perf_counter()
+    picked = _pick(args, ws, sft_adapter, grpo.checkpoints, reports) if select_every else grpo.final_adapter
+    seconds["grpo_pick_s"] = time.perf_counter() - t0
+    evaluate_all("sft_grpo", picked)
     _print_results(args, splits, reports, seconds, grpo_split=TrainConfig(stage="grpo").training_split(pack))
     print(f"\nworkspace: {ws.root}")
+
+
+def _pick(args: argparse.Namespace, ws: object, sft_adapter: str, checkpoints: list[str], reports: dict) -> str:
+    """The checkpoint `appliance run` hands to its gate: each read on the selection split, as the pipeline does."""
+    from appliance.checkpoints import load_manifest
+    from appliance.pipeline import SELECTION_SPLIT, Contender, pick_candidate
+
+    def read(name: str, adapter: str) -> Contender:
+        known = reports.get((SELECTION_SPLIT, "sft")) if adapter == sft_adapter else None
+        m = (known or _evaluate(args, ws, adapter, SELECTION_SPLIT, k=1)[0]).metrics
+        return Contender(name, adapter, m["execution_success_rate"], m["unsafe_action_rate"])
+
+    start = read("the start", sft_adapter)
+    chosen = pick_candidate(start, [read(f"step {load_manifest(path)['step']}", path) for path in checkpoints])
+    print(f"grpo_pick: {chosen.name}")
+    return str(chosen.adapter)
 
 
 def _evaluate(args: argparse.Namespace, ws: object, adapter: str | None, split: str, k: int):
