@@ -38,8 +38,8 @@ def test_quick_pipeline_runs_every_stage_and_stores_the_decision(tiny_model_dir,
     _, rollouts = ws.query("SELECT count(*), count(DISTINCT step) FROM rollouts")
     assert rollouts[0][0] > 0 and rollouts[0][1] == 2
     _, evals = ws.query("SELECT split, count(*), count(*) FILTER (metrics->>'$.strict' = ?) FROM evals "
-                        "WHERE status = 'finished' AND split NOT IN ('train', 'train_rl') GROUP BY split ORDER BY split",
-                        [str(strict).lower()])
+                        "WHERE status = 'finished' AND split NOT IN ('train', 'train_rl') "
+                        "GROUP BY split ORDER BY split", [str(strict).lower()])
     # The baseline and SFT on val; the start and GRPO's two checkpoints on dev; the gate's BFCL pair (the rest
     # reused); every one decoded as asked, so the gate could reuse the pipeline's evals.
     assert evals == [("dev", 3, 3), ("gate", 2, 2), ("val", 2, 2)]
