@@ -192,6 +192,12 @@ def _eval_args(s: PipelineSettings, workspace: Any, pack: str, split: str, *extr
     return ["eval", "--model", s.model, "--pack", pack, "--split", split, *extra, *limit, *_common_args(s, workspace)]
 
 
+def _eval_stage(s: PipelineSettings, workspace: Any, sink: EventSink, pack: str, split: str,
+                *extra: str) -> EvalFinished:
+    """`appliance eval` of the run's model on `pack`/`split` as a stage of its own; returns its result."""
+    return _last(run_stage(_eval_args(s, workspace, pack, split, *extra), sink), EvalFinished)
+
+
 def check_inputs(s: PipelineSettings) -> PipelineSettings:
     """Refuse an unknown pack or model, no SFT passes, or SFT options the stage would refuse, in one sentence
     before any stage starts (no model loads here); the settings with the pack's defaults settled, so the run
@@ -220,8 +226,7 @@ def run_pipeline(s: PipelineSettings, *, workspace: Any, sink: EventSink = null_
     sink(RunStarted(run_id=run_id, kind="pipeline", config=asdict(s)))
     result = PipelineResult(lines=[])
     t0 = time.perf_counter()
-    baseline = _last(run_stage(_eval_args(s, workspace, s.pack, "val", "-k", str(s.baseline_k)), sink),
-                     EvalFinished)
+    baseline = _eval_stage(s, workspace, sink, s.pack, "val", "-k", str(s.baseline_k))
     _timed(result, "baseline", t0)
     result.baseline = baseline
     m, k = baseline.metrics, s.baseline_k
@@ -336,7 +341,7 @@ def _read_start(s: PipelineSettings, sft_adapter: str | None, workspace: Any, si
     """GRPO's start (the SFT adapter, else the base model) on the selection split, as its own stage."""
     t0 = time.perf_counter()
     adapter = ["--adapter", sft_adapter] if sft_adapter else []
-    read = _last(run_stage(_eval_args(s, workspace, s.pack, SELECTION_SPLIT, *adapter), sink), EvalFinished)
+    read = _eval_stage(s, workspace, sink, s.pack, SELECTION_SPLIT, *adapter)
     _timed(result, f"start on {SELECTION_SPLIT}", t0)
     return Contender("the start", sft_adapter, read.metrics.get("execution_success_rate") or 0.0,
                      read.metrics.get("unsafe_action_rate") or 0.0)
@@ -345,7 +350,7 @@ def _read_start(s: PipelineSettings, sft_adapter: str | None, workspace: Any, si
 def _read_on_val(s: PipelineSettings, adapter: str, workspace: Any, sink: EventSink, result: PipelineResult) -> str:
     """The picked checkpoint's held-out eval, as its own stage; returns its eval id."""
     t0 = time.perf_counter()
-    read = _last(run_stage(_eval_args(s, workspace, s.pack, "val", "--adapter", adapter), sink), EvalFinished)
+    read = _eval_stage(s, workspace, sink, s.pack, "val", "--adapter", adapter)
     _timed(result, "candidate on val", t0)
     result.lines.append(f"candidate {adapter}: held-out success {read.metrics['execution_success_rate']:.1%} "
                         f"on val ({result.stages_s['candidate on val']:.0f}s)")
@@ -391,8 +396,7 @@ def _promote(s: PipelineSettings, adapter: str, workspace: Any, sink: EventSink,
     reuse = dict(reuse)
     plan = gate_evals(adapter, gate_baseline(s.checkpoints_root), pack=s.pack, tasks_root=s.tasks_root, s=settings)
     for key, (side, pack, split) in plan.items():
-        args = _eval_args(s, workspace, pack, split, *(["--adapter", side] if side else []))
-        reuse[key] = _last(run_stage(args, sink), EvalFinished).eval_id
+        reuse[key] = _eval_stage(s, workspace, sink, pack, split, *(["--adapter", side] if side else [])).eval_id
     decision = promote(adapter, root=s.checkpoints_root, model=s.model, pack=s.pack, tasks_root=s.tasks_root,
                        workspace=workspace, sink=sink, settings=settings, reuse=reuse)
     _timed(result, "gate", t0)

@@ -80,8 +80,12 @@ def main() -> None:
     reports: dict[tuple[str, str], object] = {}
     seconds: dict[str, float] = {}
 
-    def evaluate_all(stage: str, adapter: str | None) -> None:
+    def evaluate_all(stage: str, adapter: str | None, known: dict | None = None) -> None:
+        """Each split's greedy eval of `adapter`, but for the reports in `known` (split → report), read already."""
         for split in splits:
+            if known and split in known:
+                reports[(split, stage)] = known[split]
+                continue
             report, took = _evaluate(args, ws, adapter, split, k=1)
             reports[(split, stage)] = report
             seconds[f"{split}_{stage}_eval_s"] = took
@@ -104,27 +108,33 @@ def main() -> None:
                                 init_adapter=sft_adapter, reward=args.reward, **common), workspace=ws)
     seconds["sft_grpo_train_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    picked = _pick(args, ws, sft_adapter, grpo.checkpoints, reports) if select_every else grpo.final_adapter
+    picked, read = (_pick(args, ws, sft_adapter, grpo.checkpoints, reports) if select_every
+                    else (grpo.final_adapter, None))
     seconds["grpo_pick_s"] = time.perf_counter() - t0
-    evaluate_all("sft_grpo", picked)
+    evaluate_all("sft_grpo", picked, {SELECTION_SPLIT: read} if read else None)
     _print_results(args, splits, reports, seconds, grpo_split=TrainConfig(stage="grpo").training_split(pack))
     print(f"\nworkspace: {ws.root}")
 
 
-def _pick(args: argparse.Namespace, ws: object, sft_adapter: str, checkpoints: list[str], reports: dict) -> str:
-    """The checkpoint `appliance run` hands to its gate: each read on the selection split, as the pipeline does."""
+def _pick(args: argparse.Namespace, ws: object, sft_adapter: str, checkpoints: list[str],
+          reports: dict) -> tuple[str, object]:
+    """The checkpoint `appliance run` hands to its gate, each read on the selection split as the pipeline does;
+    returns it and its report there, so it is not evaluated on that split twice."""
     from appliance.checkpoints import load_manifest
     from appliance.pipeline import SELECTION_SPLIT, Contender, pick_candidate
 
-    def read(name: str, adapter: str) -> Contender:
+    read: dict[str, object] = {}
+
+    def contender(name: str, adapter: str) -> Contender:
         known = reports.get((SELECTION_SPLIT, "sft")) if adapter == sft_adapter else None
-        m = (known or _evaluate(args, ws, adapter, SELECTION_SPLIT, k=1)[0]).metrics
+        read[adapter] = known or _evaluate(args, ws, adapter, SELECTION_SPLIT, k=1)[0]
+        m = read[adapter].metrics
         return Contender(name, adapter, m["execution_success_rate"], m["unsafe_action_rate"])
 
-    start = read("the start", sft_adapter)
-    chosen = pick_candidate(start, [read(f"step {load_manifest(path)['step']}", path) for path in checkpoints])
+    start = contender("the start", sft_adapter)
+    chosen = pick_candidate(start, [contender(f"step {load_manifest(path)['step']}", path) for path in checkpoints])
     print(f"grpo_pick: {chosen.name}")
-    return str(chosen.adapter)
+    return str(chosen.adapter), read[str(chosen.adapter)]
 
 
 def _evaluate(args: argparse.Namespace, ws: object, adapter: str | None, split: str, k: int):
