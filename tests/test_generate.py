@@ -312,6 +312,45 @@ def test_a_batch_of_several_tool_lists_decodes_like_one_prompt_at_a_time(loaded)
         assert list(samples[0].token_ids) == vanilla[:len(samples[0].token_ids)]
 
 
+def _rows_under_one_system_prompt() -> list[list[int]]:
+    """Token rows like a fit check's batch: one system prompt, then three tool lists (two share their first
+    tools), then a request each. Grouped on shared leading tokens alone, the rows chain down to the system
+    prompt (every row's tool list then falls in its padded tail); each list is a head of its own instead."""
+    system, first = list(range(10, 50)), list(range(100, 130))
+    second, third = first[:10] + list(range(200, 220)), list(range(300, 330))
+    return [system + first + [5, 6], system + second + [7, 8], system + second + [9, 11],
+            system + third + [12, 13], system + third + [14, 15]]
+
+
+def test_rows_under_one_system_prompt_keep_their_tool_lists_as_heads():
+    from appliance.generate.heads import branching_root, head_groups
+
+    rows = _rows_under_one_system_prompt()
+    limits = [len(row) - 1 for row in rows]
+    assert head_groups(rows, limits) == [([0, 1, 2, 3, 4], 40)]  # the chain, counting the root as a saving
+    assert branching_root(rows) == 40
+    assert head_groups(rows, limits, root=40) == [([0], 71), ([1, 2], 70), ([3, 4], 70)]
+    one_list = [*rows[3:], rows[3][:-1] + [16]]
+    assert branching_root(one_list) == 0  # below one list the rows branch into requests: tails, not heads
+    assert branching_root(rows[:1]) == 0
+
+
+def test_tool_list_heads_under_one_system_prompt_decode_like_one_row_at_a_time(loaded):
+    import torch
+
+    model, tokenizer = loaded
+    rows = _rows_under_one_system_prompt()
+    generator = HFGenerator(model, tokenizer, batch_size=8)
+    assert generator._head_lengths(rows, [len(row) - 1 for row in rows]) == [71, 70, 70, 70, 70]
+    got = generator._generate_chunk(rows, 1, 0.0, 1.0, 12, None)
+    for ids, samples in zip(rows, got):
+        with torch.inference_mode():
+            out = model.generate(input_ids=torch.tensor([ids]), max_new_tokens=12, do_sample=False,
+                                 eos_token_id=generator.eos_ids, pad_token_id=generator.pad_id)
+        vanilla = out[0, len(ids):].tolist()
+        assert list(samples[0].token_ids) == vanilla[:len(samples[0].token_ids)]
+
+
 def test_grouped_query_attention_on_cpu_gives_identical_logits(tiny_model_dir, prompts):
     import torch
 

@@ -19,14 +19,16 @@ def common_length(a: list[int], b: list[int]) -> int:
     return length
 
 
-def head_groups(rows: list[list[int]], limits: list[int],
-                min_tokens: int = MIN_SHARED_PREFIX_TOKENS) -> list[tuple[list[int], int]]:
+def head_groups(rows: list[list[int]], limits: list[int], min_tokens: int = MIN_SHARED_PREFIX_TOKENS,
+                root: int = 0) -> list[tuple[list[int], int]]:
     """(member row indices, common head length) groups, in token order.
 
     A row joins the group before it when the head it would share saves more
     prefill than the group loses by a shorter common head (the same system
     prompt and tool list: yes; only the system prompt: no). A lone row's head
     is all of it up to its limit. No head is longer than a member's limit.
+    `root`: leading tokens that are computed once whatever the grouping (generation
+    prefills the common root of its distinct heads once), so sharing them saves nothing.
     """
     order = sorted(range(len(rows)), key=lambda index: rows[index])
     groups: list[tuple[list[int], int]] = []
@@ -34,11 +36,23 @@ def head_groups(rows: list[list[int]], limits: list[int],
         if groups:
             members, common = groups[-1]
             shared = min(common, common_length(rows[members[0]], rows[index]), limits[index])
-            if shared >= min_tokens and shared > len(members) * (common - shared):
+            if shared >= min_tokens and shared - root > len(members) * (common - shared):
                 groups[-1] = ([*members, index], shared)
                 continue
         groups.append(([index], limits[index]))
     return groups
+
+
+def branching_root(rows: list[list[int]], min_tokens: int = MIN_SHARED_PREFIX_TOKENS) -> int:
+    """The leading tokens every row shares, when rows branch below them into heads of their own (one system
+    prompt over several tool lists); 0 when they do not (branches shorter than `min_tokens`, e.g. the first
+    words of requests under one tool list, are tails, not heads)."""
+    if len(rows) < 2:
+        return 0
+    ordered = sorted(rows)
+    root = common_length(ordered[0], ordered[-1])  # in token order the ends share the least
+    deepest = max(common_length(a, b) for a, b in zip(ordered, ordered[1:]))
+    return root if deepest - root >= min_tokens else 0
 
 
 def shared_heads(prompts: list[list[int]], min_tokens: int = MIN_SHARED_PREFIX_TOKENS) -> list[list[int]]:

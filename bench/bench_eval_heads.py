@@ -1,0 +1,77 @@
+"""A fit check's batch: the heads that rows from several tool lists under one system prompt prefill.
+
+Every checkpoint eval during training also answers the first 32 tasks of the
+run's own training split (`TrainConfig.fit_limit`): one batch of 32 that spans
+several tool lists. Greedy, the eval's answer budget, the same model, side by
+side in one process (these machines are noisy):
+
+* `shared_tokens`: heads grouped on shared leading tokens alone, as before
+  session 56: the groups chained down to the system prompt, and every row's tool
+  list was prefilled in its padded tail;
+* `tool_list_heads`: what the generator does now (appliance.generate.heads
+  `branching_root`): the system prompt is prefilled once for the distinct heads
+  anyway, so each tool list stays a head of its own.
+
+Prints `name: value` lines, the ratio and how many answers are identical.
+
+    .venv/bin/python bench/bench_eval_heads.py [--split train_rl] [--limit 32] [--adapter DIR]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see bench_generate.py
+
+from bench_eval_batches import run  # greedy, 96 new tokens, timed; this script runs from bench/
+
+from appliance.evaluate.runner import EvalSettings, _Session
+from appliance.events import null_sink
+from appliance.generate import heads
+from appliance.generate.hf import HFGenerator
+from appliance.packs.pack import load_pack
+from appliance.prompting import render_prompt
+
+
+class SharedTokenHeads(HFGenerator):
+    """The generator as it was: a row joins the group before it by the leading tokens they share."""
+
+    def _head_lengths(self, rows: list[list[int]], limits: list[int]) -> list[int]:
+        lengths = [0] * len(rows)
+        for members, common in heads.head_groups(rows, limits):
+            for member in members:
+                lengths[member] = common if common >= heads.MIN_SHARED_PREFIX_TOKENS else 0
+        return lengths
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--split", default="train_rl", help="GRPO's training split; SFT's fit check reads train")
+    parser.add_argument("--limit", type=int, default=32)
+    parser.add_argument("--adapter", default=None, help="a LoRA adapter folder (default: the base model)")
+    args = parser.parse_args()
+
+    current = HFGenerator.load("smollm2-135m", adapter=args.adapter, batch_size=32)
+    previous = SharedTokenHeads(current.model, current.tokenizer, batch_size=32)
+    pack = load_pack("workplace-single")
+    tasks = pack.tasks(args.split)[: args.limit]
+    prompts = {t.id: render_prompt(current.tokenizer, pack.system_prompt, list(t.messages), pack.tools_for(t))
+               for t in tasks}
+    session = _Session(EvalSettings(), pack, current, None, null_sink, "bench", None)
+    order = session._batches_by_tools(tasks, {t.id: len(prompts[t.id]) for t in tasks}, 32)
+    batches = [[prompts[t.id] for t in batch] for batch in order]
+
+    run(current, [list(prompts.values())[:2]])  # warm-up
+    previous_s, previous_texts = run(previous, batches)
+    current_s, current_texts = run(current, batches)
+
+    print(f"tasks: {len(tasks)}")
+    print(f"tool_lists: {len({str(pack.tools_for(t)) for t in tasks})}")
+    print(f"shared_tokens_s: {previous_s:.1f}")
+    print(f"tool_list_heads_s: {current_s:.1f}")
+    print(f"speedup: {previous_s / current_s:.2f}")
+    print(f"identical_greedy_outputs: {sum(a == b for a, b in zip(previous_texts, current_texts))}/{len(tasks)}")
+
+
+if __name__ == "__main__":
+    main()
