@@ -181,11 +181,16 @@ def test_an_engine_crash_marks_the_eval_failed(tokenizer, ws):
     assert rows[0][0] == "failed" and "device-side assert" in rows[0][1]
 
 
-def test_a_checkpoint_eval_also_answers_the_first_tasks_of_its_own_training_split(tiny_model_dir, ws, tmp_path):
+def test_a_checkpoint_eval_also_answers_the_first_tasks_of_its_own_training_split(tiny_model_dir, ws, tmp_path,
+                                                                                  monkeypatch):
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
+    from appliance.evaluate import runner
     from appliance.evaluate.heldout import make_heldout_eval
+
+    loads, load = [], runner._make_generator
+    monkeypatch.setattr(runner, "_make_generator", lambda settings: loads.append(settings.adapter) or load(settings))
 
     adapter = tmp_path / "adapter"
     get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model_dir),
@@ -200,3 +205,4 @@ def test_a_checkpoint_eval_also_answers_the_first_tasks_of_its_own_training_spli
     assert [r[0] for r in rows] == sorted(first_train)
     _, rows = ws.query("SELECT split, n_samples FROM evals WHERE id = ?", [metrics["eval_id"]])
     assert rows == [("val", 2)] and fit["eval_id"] != metrics["eval_id"]
+    assert loads == [str(adapter)]  # the held-out eval and the fit check answer with one loaded checkpoint

@@ -25,7 +25,7 @@ def make_heldout_eval(*, model: str, pack: str, workspace: Any, split: str = "va
                       max_new_tokens: int | None = None,
                       strict: bool = STRICT_BY_DEFAULT, fit_split: str | None = None,
                       fit_limit: int = 0) -> Callable[[str, int], dict[str, Any]]:
-    from appliance.evaluate.runner import EvalSettings, run_eval
+    from appliance.evaluate.runner import EvalSettings, load_generator, run_eval
 
     # Checked now, not at the first checkpoint: a bad limit should not cost a training run.
     EvalSettings(model=model, pack=pack, split=split, k=k, limit=limit, tasks_root=tasks_root,
@@ -35,17 +35,22 @@ def make_heldout_eval(*, model: str, pack: str, workspace: Any, split: str = "va
     def on_eval(adapter_dir: str, step: int, engine: Any = None, tokenizer: Any = None,
                 run_id: str | None = None) -> dict[str, Any]:
         """`engine`: the trainer's colocated vLLM (Unsloth) — reused with the adapter, never a second engine."""
+        def settings_for(on_split: str, on_limit: int | None) -> EvalSettings:
+            return EvalSettings(model=model, adapter=str(adapter_dir), pack=pack, split=on_split, k=k,
+                                limit=on_limit, tasks_root=tasks_root, max_new_tokens=max_new_tokens,
+                                run_id=run_id, strict=strict)
+
         generator, reason = None, ""
         if engine is not None:
             from appliance.generate import make_generator
 
             generator, reason = make_generator("auto", engine=engine, adapter=adapter_dir, tokenizer=tokenizer)
+        elif fits:  # the held-out eval and the fit check answer with one loaded copy of the checkpoint
+            generator, reason = load_generator(settings_for(split, limit))
 
         def evaluate(on_split: str, on_limit: int | None) -> Any:
-            settings = EvalSettings(model=model, adapter=str(adapter_dir), pack=pack, split=on_split, k=k,
-                                    limit=on_limit, tasks_root=tasks_root, max_new_tokens=max_new_tokens,
-                                    run_id=run_id, strict=strict)
-            return run_eval(settings, workspace=workspace, sink=sink, generator=generator, backend_reason=reason)
+            return run_eval(settings_for(on_split, on_limit), workspace=workspace, sink=sink, generator=generator,
+                            backend_reason=reason)
 
         report = evaluate(split, limit)
         metrics = {key: report.metrics.get(key) for key in HELDOUT_KEYS}

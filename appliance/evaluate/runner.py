@@ -197,8 +197,7 @@ def run_eval(settings: EvalSettings, *, workspace: Any = None, sink: EventSink =
     pack = load_pack(settings.pack, root=settings.tasks_root)
     tasks = pack.tasks(settings.split)[: settings.limit] if settings.limit else pack.tasks(settings.split)
     if generator is None:
-        _require_loadable(settings)
-        generator, backend_reason = _make_generator(settings)
+        generator, backend_reason = load_generator(settings)
     eval_id = f"eval-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
     sink(RunStarted(run_id=eval_id, kind="eval", config={**asdict(settings), "backend_reason": backend_reason}))
     from appliance.evaluate.storage import EvalWriter
@@ -241,6 +240,12 @@ def _bfcl_breakdown(samples: Sequence[ScoredSample], pack: Any) -> dict[str, flo
 
     return bfcl_summary((pack.task(s.task_id).tags.get("category", "?"), s.verdict.success)
                         for s in samples if s.sample_index == 0)
+
+
+def load_generator(settings: EvalSettings) -> tuple[Any, str]:
+    """The generator (and the reason for its backend) an eval under `settings` answers with."""
+    _require_loadable(settings)
+    return _make_generator(settings)
 
 
 def _require_loadable(settings: EvalSettings) -> None:
