@@ -44,6 +44,18 @@ def texts(results):
     return [[sample.text for sample in samples] for samples in results]
 
 
+def assert_decodes_like_one_row_at_a_time(model, generator, rows, got, max_new_tokens):
+    """Each row's greedy tokens are those of transformers' own generate on that row alone."""
+    import torch
+
+    for ids, samples in zip(rows, got):
+        with torch.inference_mode():
+            out = model.generate(input_ids=torch.tensor([ids]), max_new_tokens=max_new_tokens, do_sample=False,
+                                 eos_token_id=generator.eos_ids, pad_token_id=generator.pad_id)
+        vanilla = out[0, len(ids):].tolist()
+        assert list(samples[0].token_ids) == vanilla[:len(samples[0].token_ids)]
+
+
 def test_batched_greedy_matches_one_at_a_time(loaded, prompts):
     model, tokenizer = loaded
     batched = HFGenerator(model, tokenizer, batch_size=8).generate(prompts, max_new_tokens=16)
@@ -292,8 +304,6 @@ def test_shared_prompt_head_is_prefilled_once_without_changing_outputs(loaded, m
 
 def test_a_batch_of_several_tool_lists_decodes_like_one_prompt_at_a_time(loaded):
     """Each tool list's head is cached once and right-aligned; the answers match unbatched vanilla generate."""
-    import torch
-
     model, tokenizer = loaded
     lists = [[{"name": f"{domain}_{i}", "description": f"Does one {domain} thing.", "parameters": {}} for i in range(4)]
              for domain in ("email", "calendar_and_more")]
@@ -304,12 +314,7 @@ def test_a_batch_of_several_tool_lists_decodes_like_one_prompt_at_a_time(loaded)
     heads = generator._head_lengths(encoded, [len(ids) - 1 for ids in encoded])
     assert len(set(heads[:3])) == 1 and len(set(heads[3:])) == 1 and heads[0] != heads[3]  # two groups
     got = generator.generate(prompts, max_new_tokens=12)
-    for ids, samples in zip(encoded, got):
-        with torch.inference_mode():
-            out = model.generate(input_ids=torch.tensor([ids]), max_new_tokens=12, do_sample=False,
-                                 eos_token_id=generator.eos_ids, pad_token_id=generator.pad_id)
-        vanilla = out[0, len(ids):].tolist()
-        assert list(samples[0].token_ids) == vanilla[:len(samples[0].token_ids)]
+    assert_decodes_like_one_row_at_a_time(model, generator, encoded, got, 12)
 
 
 def _rows_under_one_system_prompt() -> list[list[int]]:
@@ -336,19 +341,12 @@ def test_rows_under_one_system_prompt_keep_their_tool_lists_as_heads():
 
 
 def test_tool_list_heads_under_one_system_prompt_decode_like_one_row_at_a_time(loaded):
-    import torch
-
     model, tokenizer = loaded
     rows = _rows_under_one_system_prompt()
     generator = HFGenerator(model, tokenizer, batch_size=8)
     assert generator._head_lengths(rows, [len(row) - 1 for row in rows]) == [71, 70, 70, 70, 70]
     got = generator._generate_chunk(rows, 1, 0.0, 1.0, 12, None)
-    for ids, samples in zip(rows, got):
-        with torch.inference_mode():
-            out = model.generate(input_ids=torch.tensor([ids]), max_new_tokens=12, do_sample=False,
-                                 eos_token_id=generator.eos_ids, pad_token_id=generator.pad_id)
-        vanilla = out[0, len(ids):].tolist()
-        assert list(samples[0].token_ids) == vanilla[:len(samples[0].token_ids)]
+    assert_decodes_like_one_row_at_a_time(model, generator, rows, got, 12)
 
 
 def test_grouped_query_attention_on_cpu_gives_identical_logits(tiny_model_dir, prompts):
