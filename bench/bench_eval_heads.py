@@ -2,7 +2,7 @@
 
 Every checkpoint eval during training also answers the first 32 tasks of the
 run's own training split (`TrainConfig.fit_limit`): one batch of 32 that spans
-several tool lists. Greedy, the eval's answer budget, the same model, side by
+several tool lists. Greedy, 96 new tokens, the same model, side by
 side in one process (these machines are noisy):
 
 * `shared_tokens`: heads grouped on shared leading tokens alone, as before

@@ -158,9 +158,9 @@ class HFGenerator(Generator):
         appliance.generate.heads.head_groups. Generate needs at least one uncached token per row.
 
         `_prefill_distinct` computes the common root of the distinct heads once, so rows that share
-        only the system prompt keep their own tool-list heads: grouped on the system prompt, every
-        row's tail padded to a whole tool list (a fit check's 32 training tasks over 6 lists: 80.1 s
-        against 34.4 s, the same answers, `bench/bench_eval_heads.py`; session 56)."""
+        only the system prompt keep their own tool-list heads. Grouped on the system prompt, every row
+        prefilled its whole tool list in the batch's padded tail: a fit check's 32 tasks over 6 lists took
+        80.1 s, against 34.4 s now with the same answers (`bench/bench_eval_heads.py`, session 56)."""
         heads = [0] * len(rows)
         root = branching_root(rows, MIN_SHARED_PREFIX_TOKENS)
         for members, common in head_groups(rows, limits, MIN_SHARED_PREFIX_TOKENS, root=root):
