@@ -37,11 +37,7 @@ class SharedTokenHeads(HFGenerator):
     """The generator as it was: a row joins the group before it by the leading tokens they share."""
 
     def _head_lengths(self, rows: list[list[int]], limits: list[int]) -> list[int]:
-        lengths = [0] * len(rows)
-        for members, common in heads.head_groups(rows, limits):
-            for member in members:
-                lengths[member] = common if common >= heads.MIN_SHARED_PREFIX_TOKENS else 0
-        return lengths
+        return heads.head_lengths(rows, limits)
 
 
 def main() -> None:

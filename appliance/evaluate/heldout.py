@@ -40,12 +40,12 @@ def make_heldout_eval(*, model: str, pack: str, workspace: Any, split: str = "va
                                 limit=on_limit, tasks_root=tasks_root, max_new_tokens=max_new_tokens,
                                 run_id=run_id, strict=strict)
 
-        generator, reason = None, ""
+        # The held-out eval and the fit check answer with one loaded copy of the checkpoint.
         if engine is not None:
             from appliance.generate import make_generator
 
             generator, reason = make_generator("auto", engine=engine, adapter=adapter_dir, tokenizer=tokenizer)
-        elif fits:  # the held-out eval and the fit check answer with one loaded copy of the checkpoint
+        else:
             generator, reason = load_generator(settings_for(split, limit))
 
         def evaluate(on_split: str, on_limit: int | None) -> Any:

@@ -43,6 +43,16 @@ def head_groups(rows: list[list[int]], limits: list[int], min_tokens: int = MIN_
     return groups
 
 
+def head_lengths(rows: list[list[int]], limits: list[int], min_tokens: int = MIN_SHARED_PREFIX_TOKENS,
+                 root: int = 0) -> list[int]:
+    """How many leading tokens of each row its `head_groups` head covers (0: a head too short to share)."""
+    lengths = [0] * len(rows)
+    for members, common in head_groups(rows, limits, min_tokens, root=root):
+        for member in members:
+            lengths[member] = common if common >= min_tokens else 0
+    return lengths
+
+
 def branching_root(rows: list[list[int]], min_tokens: int = MIN_SHARED_PREFIX_TOKENS) -> int:
     """The leading tokens every row shares, when rows branch below them into heads of their own (one system
     prompt over several tool lists); 0 when they do not (branches shorter than `min_tokens`, e.g. the first

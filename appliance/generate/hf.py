@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from appliance.generate.base import Generator, Sample, trim_at_stop
-from appliance.generate.heads import MIN_SHARED_PREFIX_TOKENS, branching_root, common_length, head_groups
+from appliance.generate.heads import MIN_SHARED_PREFIX_TOKENS, branching_root, common_length, head_lengths
 
 
 @dataclass
@@ -161,12 +161,8 @@ class HFGenerator(Generator):
         only the system prompt keep their own tool-list heads. Grouped on the system prompt, every row
         prefilled its whole tool list in the batch's padded tail: a fit check's 32 tasks over 6 lists took
         80.1 s, against 34.4 s now with the same answers (`bench/bench_eval_heads.py`, session 56)."""
-        heads = [0] * len(rows)
-        root = branching_root(rows, MIN_SHARED_PREFIX_TOKENS)
-        for members, common in head_groups(rows, limits, MIN_SHARED_PREFIX_TOKENS, root=root):
-            for member in members:
-                heads[member] = common if common >= MIN_SHARED_PREFIX_TOKENS else 0
-        return heads
+        return head_lengths(rows, limits, MIN_SHARED_PREFIX_TOKENS,
+                            root=branching_root(rows, MIN_SHARED_PREFIX_TOKENS))
 
     def _prefill_heads(self, rows: list[list[int]], heads: list[int]) -> Heads | None:
         """Prefill each distinct head once (a batch of one) and lay the caches out row by row."""

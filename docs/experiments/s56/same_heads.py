@@ -16,18 +16,16 @@ from transformers import AutoTokenizer
 
 from appliance.evaluate.runner import EvalSettings, _Session
 from appliance.events import null_sink
-from appliance.generate.heads import MIN_SHARED_PREFIX_TOKENS, branching_root, common_length, head_groups
+from appliance.generate.heads import branching_root, common_length, head_lengths
 from appliance.models import embedded_model_dir
 from appliance.packs import load_pack
 from appliance.prompting import render_prompt
 
 
-def head_lengths(rows: list[list[int]], root: int) -> list[int]:
-    lengths = [0] * len(rows)
-    for members, common in head_groups(rows, [len(row) - 1 for row in rows], root=root):
-        for member in members:
-            lengths[member] = common if common >= MIN_SHARED_PREFIX_TOKENS else 0
-    return lengths
+def regrouped(rows: list[list[int]]) -> bool:
+    """Whether the rows' heads differ under the two rules."""
+    limits = [len(row) - 1 for row in rows]
+    return head_lengths(rows, limits) != head_lengths(rows, limits, root=branching_root(rows))
 
 
 def prefill_tokens(rows: list[list[int]], lengths: list[int]) -> tuple[int, int]:
@@ -51,7 +49,8 @@ def main() -> None:
         same, before, now = 0, [0, 0], [0, 0]
         for batch in batches:
             rows = sorted(tokenizer([prompts[t.id] for t in batch], add_special_tokens=False)["input_ids"])
-            old, new = head_lengths(rows, 0), head_lengths(rows, branching_root(rows))
+            limits = [len(row) - 1 for row in rows]
+            old, new = head_lengths(rows, limits), head_lengths(rows, limits, root=branching_root(rows))
             same += old == new
             for total, lengths in ((before, old), (now, new)):
                 heads, tails = prefill_tokens(rows, lengths)
@@ -65,7 +64,7 @@ def main() -> None:
     rng = random.Random(0)
     for size in (4, 8, 16):
         draws = [sorted(rng.sample(encoded, size)) for _ in range(2000)]
-        differ = sum(head_lengths(rows, 0) != head_lengths(rows, branching_root(rows)) for rows in draws)
+        differ = sum(regrouped(rows) for rows in draws)
         print(f"train_rl draws of {size}: {differ} of 2000 group differently")
 
 
