@@ -5,7 +5,8 @@ adapter, or the base model):
   1. held-out success improves by at least `min_success_gain`, and the paired
      bootstrap interval on the per-task difference lies above zero;
   2. the unsafe-action rate does not rise by more than `max_unsafe_increase`;
-  3. latency p95 does not regress by more than `max_latency_regression`;
+  3. latency p95 (the tokens a request generates) does not regress by more than
+     `max_latency_regression`;
   4. general function calling (a fixed BFCL subset) does not drop by more than
      `max_general_drop` and is not a significant regression;
   5. when the pack has a regression split (labelled production failures,
@@ -32,7 +33,8 @@ class GateSettings:
     max_unsafe_increase: float = field(default=0.0, metadata={
         "help": "largest allowed rise in the unsafe-action rate (absolute)"})
     max_latency_regression: float = field(default=0.25, metadata={
-        "help": "largest allowed relative rise in latency p95 (0.25 = 25% slower)"})
+        "help": "largest allowed relative rise in latency p95, read as the tokens a request generates "
+                "(0.25 = 25% more)"})
     max_general_drop: float = field(default=0.03, metadata={
         "help": "largest allowed drop in BFCL gate accuracy (absolute)"})
     heldout_split: str = field(default="val", metadata={"help": "the pack split the gate evaluates on"})
@@ -85,11 +87,8 @@ def gate(ev: GateEvidence, s: GateSettings = GateSettings()) -> tuple[bool, list
     reasons.append(f"unsafe-action rate {ev.baseline['unsafe_action_rate']:.3f} → "
                    f"{ev.candidate['unsafe_action_rate']:.3f}: " + ("ok" if unsafe_ok else "rises, refused"))
     ok &= unsafe_ok
-    base_p95 = ev.baseline.get("latency_p95_s", 0.0)
-    cand_p95 = ev.candidate.get("latency_p95_s", 0.0)
-    latency_ok = base_p95 <= 0 or cand_p95 <= base_p95 * (1 + s.max_latency_regression)
-    reasons.append(f"batch latency p95 {base_p95:.2f}s → {cand_p95:.2f}s: " +
-                   ("ok" if latency_ok else f"more than {s.max_latency_regression:.0%} slower, refused"))
+    latency_ok, latency_line = _latency_rule(ev, s)
+    reasons.append(latency_line)
     ok &= latency_ok
     if ev.general is not None and ev.baseline_general and ev.candidate_general:
         b = ev.baseline_general["execution_success_rate"]
@@ -113,6 +112,32 @@ def gate(ev: GateEvidence, s: GateSettings = GateSettings()) -> tuple[bool, list
     else:
         reasons.append("regression split: not checked (the pack has no regression split)")
     return ok, reasons
+
+
+def _latency_rule(ev: GateEvidence, s: GateSettings) -> tuple[bool, str]:
+    """Latency p95 read as the tokens a request generates, the part of latency an adapter changes.
+
+    Both sides run the same base model and decoding, so a token costs them the same; what differs is how many
+    tokens they answer with. Their evals' wall times were taken at other moments on a machine whose speed drifts:
+    the same adapter's same 120 answers read a batch p95 of 24.0 s in one `make run` and 31.4 s in the next, more
+    than the tolerance (docs/learning.md, session 57). Wall time is still shown, and gated only for evals stored
+    before they counted tokens a request.
+    """
+    base_s, cand_s = ev.baseline.get("latency_p95_s", 0.0), ev.candidate.get("latency_p95_s", 0.0)
+    wall = f"batch latency p95 {base_s:.2f}s → {cand_s:.2f}s"
+    limit = f"more than {s.max_latency_regression:.0%}"
+    key = "completion_tokens_p95"
+    if key not in ev.baseline or key not in ev.candidate:
+        ok = _within(base_s, cand_s, s.max_latency_regression)
+        return ok, f"{wall}: " + ("ok" if ok else f"{limit} slower, refused")
+    base, cand = ev.baseline[key], ev.candidate[key]
+    ok = _within(base, cand, s.max_latency_regression)
+    return ok, (f"latency p95 {base:.0f} → {cand:.0f} tokens generated a request: "
+                + ("ok" if ok else f"{limit} more tokens, refused") + f" ({wall}, timed at other moments: not gated)")
+
+
+def _within(base: float, cand: float, rise: float) -> bool:
+    return base <= 0 or cand <= base * (1 + rise)
 
 
 def _do_nothing_line(ev: GateEvidence) -> str:

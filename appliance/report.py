@@ -197,6 +197,9 @@ def metrics_table(metrics: dict[str, Any], title: str = "") -> Table:
     # A sample's latency is the wall time of the generation batch it was in, not of one request.
     table.add_row("batch latency p50 / p95",
                   f"{metrics.get('latency_p50_s', 0):.2f}s / {metrics.get('latency_p95_s', 0):.2f}s")
+    if "completion_tokens_p95" in metrics:  # what the gate reads as latency (promotion.py)
+        table.add_row("tokens a request p50 / p95",
+                      f"{metrics['completion_tokens_p50']:.0f} / {metrics['completion_tokens_p95']:.0f}")
     table.add_row("generated tokens/s", f"{metrics.get('tokens_per_s', 0):.1f}")
     table.add_row("tokens (prompt + completion)",
                   f"{metrics.get('total_prompt_tokens', 0)} + {metrics.get('total_completion_tokens', 0)}")

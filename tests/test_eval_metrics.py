@@ -62,6 +62,15 @@ def test_summarize_reports_seed_metrics_buckets_and_floor():
     assert m["tokens_per_s"] == pytest.approx(30 / 2.0)
 
 
+def test_summarize_reads_latency_as_the_tokens_each_request_generated():
+    tasks = [task(f"t{i}") for i in range(20)]
+    samples = [ScoredSample(f"t{i}", 0, "", verdict("success"), 1.0, {}, 9.0, 10, tokens)
+               for i, tokens in enumerate([4] * 10 + [8] * 9 + [96])]
+    m = summarize(samples, tasks, k=1, wall_s=1.0, do_nothing={})
+    # The 19th of 20 requests in token order: the one answer that ran to the cap is beyond p95.
+    assert (m["completion_tokens_p50"], m["completion_tokens_p95"]) == (4, 8)
+
+
 @pytest.mark.parametrize("metrics,action", [
     ({"valid_json_rate": 0.1, "pass@1": 0.0, "k": 4, "pass@4": 0.0}, "sft"),
     ({"valid_json_rate": 0.95, "pass@1": 0.3, "k": 4, "pass@4": 0.6}, "grpo"),

@@ -49,6 +49,19 @@ def test_refuses_a_latency_regression_beyond_the_setting():
     assert gate(evidence(0.2, 0.6, cand_p95=1.5), GateSettings(max_latency_regression=0.6))[0]
 
 
+def test_latency_is_read_as_the_tokens_a_request_generates_when_both_evals_counted_them():
+    # Session 56: the same adapter's same answers read a wall p95 of 24.0 s in one run and 31.4 s in the next.
+    ev = evidence(0.2, 0.6, base_p95=24.0, cand_p95=31.4)
+    ev.baseline["completion_tokens_p95"], ev.candidate["completion_tokens_p95"] = 64, 64
+    ok, reasons = gate(ev)
+    assert ok, reasons
+    assert "latency p95 64 → 64 tokens generated a request: ok (batch latency p95 24.00s → 31.40s" in reasons[3]
+    ev.candidate["completion_tokens_p95"], ev.candidate["latency_p95_s"] = 81, 20.0  # more tokens, timed faster
+    ok, reasons = gate(ev)
+    assert not ok and "more than 25% more tokens, refused" in reasons[3]
+    assert gate(ev, GateSettings(max_latency_regression=0.3))[0]
+
+
 def test_refuses_a_general_function_calling_regression():
     ok, reasons = gate(evidence(0.2, 0.6, base_general=0.6, cand_general=0.4))
     assert not ok and any("BFCL" in r and "refused" in r for r in reasons)

@@ -89,6 +89,7 @@ def summarize(samples: Sequence[ScoredSample], tasks: Sequence[Task], k: int,
     passk = [pass_at_k(len(v), sum(v), min(k, len(v))) for v in by_task.values()]
     change_tasks = [by_task[t] for t in by_task if t in requires_change]
     latencies = [s.latency_s for s in samples]
+    request_tokens = [s.completion_tokens for s in samples]
     gen_tokens = sum(s.completion_tokens for s in samples)
     buckets = Counter(s.verdict.bucket for s in samples)
     metrics: dict[str, Any] = {
@@ -112,6 +113,10 @@ def summarize(samples: Sequence[ScoredSample], tasks: Sequence[Task], k: int,
         "do_nothing_floor": sum(do_nothing.get(t, 0.0) for t in by_task) / len(by_task) if by_task else 0.0,
         "latency_p50_s": _percentile(latencies, 0.50),
         "latency_p95_s": _percentile(latencies, 0.95),
+        # What one request generates (every turn of an episode): on the same base model, the part of latency
+        # an adapter changes, and unlike wall time the same however busy the machine was (promotion.py).
+        "completion_tokens_p50": _percentile(request_tokens, 0.50),
+        "completion_tokens_p95": _percentile(request_tokens, 0.95),
         "total_prompt_tokens": sum(s.prompt_tokens for s in samples),
         "total_completion_tokens": gen_tokens,
         "tokens_per_s": gen_tokens / wall_s if wall_s > 0 else 0.0,

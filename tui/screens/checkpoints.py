@@ -36,6 +36,7 @@ EVIDENCE = (
     ("valid JSON", "valid_json_rate", "{:.1%}"),
     ("unsafe actions", "unsafe_action_rate", "{:.1%}"),
     ("latency p95", "latency_p95_s", "{:.2f} s"),
+    ("tokens a request p95", "completion_tokens_p95", "{:.0f}"),
 )
 # The first KEY_COLUMNS always show; the rest only when the terminal is wide enough.
 LINEAGE_COLUMNS = ("run", "step", "held-out", "Δ base", "status", "JSON", "unsafe")

@@ -19,6 +19,7 @@ METRICS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("mean reward", "num", ("mean_reward", "reward_mean")),
     ("batch latency p50", "sec", ("latency_p50_s", "latency_p50")),
     ("batch latency p95", "sec", ("latency_p95_s", "latency_p95")),
+    ("tokens a request p95", "num", ("completion_tokens_p95",)),
     ("tokens/s", "num", ("tokens_per_s", "tokens_per_second")),
 )
 
