@@ -236,6 +236,7 @@ _TRAIN_FLAGS = (  # (flag, TrainConfig field, type, the stages that take it; Non
     ("--missing-tool-listing", "missing_tool_listing", str, ("sft", "dpo")),
     ("--decision-weight", "decision_weight", float, ("sft",)),
     ("--batch-size", "batch_size", int, ("sft", "dpo")),
+    ("--batch-order", "batch_order", str, ("sft",)),
     ("--preset", "preset", str, ("grpo",)), ("--num-generations", "num_generations", int, ("grpo",)),
     ("--prompts-per-step", "prompts_per_step", int, ("grpo",)),
     ("--max-completion-tokens", "max_completion_tokens", int, ("grpo",)),

@@ -75,8 +75,9 @@ def grpo(config, **kwargs):
     return run_grpo(config, reward_funcs=[length_reward, exact_reward], reward_weights=[1.0, 1.0], **kwargs)
 
 
-def sft_trainer(config, **changes):
-    """TRL's SFT trainer as the cpu backend builds it, on four email rows (`changes` replace config fields)."""
+def sft_trainer(config, rows=None, **changes):
+    """TRL's SFT trainer as the cpu backend builds it, on `rows` or four email rows (`changes` replace config
+    fields)."""
     from datasets import Dataset
 
     from appliance.train.cpu import CpuBackend
@@ -85,14 +86,32 @@ def sft_trainer(config, **changes):
     config = dataclasses.replace(config, stage="sft", **changes)
     backend = CpuBackend()
     model, tokenizer = backend.load_for_training(config)
-    rows = [{"prompt": f"Email {name}.", "completion": f'{{"name": "send_email", "to": "{name}"}}'}
-            for name in ("Carlos", "Nadia", "Sam", "Ana")]
+    rows = rows or [{"prompt": f"Email {name}.", "completion": f'{{"name": "send_email", "to": "{name}"}}'}
+                    for name in ("Carlos", "Nadia", "Sam", "Ana")]
 
     class Run:  # what trainer_args reads of a run
         trainer_dir = config.output
 
     args = sft_args(config, Run, len(rows))
     return backend.make_sft_trainer(model, tokenizer, Dataset.from_list(rows), config, args, [])
+
+
+def test_sft_batches_by_head_hold_one_tool_list_each(config):
+    # Two heads of one length; requests of many lengths, so length grouping (the default order) mixes them.
+    heads = ["Tools: send_email, read_email, delete_email. " * 6, "Tools: make_event, move_event, drop_event. " * 6]
+    rows = [{"prompt": heads[i % 2] + "Please " + "really " * (i % 5) + "do it.", "completion": f" answer {i}"}
+            for i in range(16)]
+
+    def batches(order: str) -> list[set[int]]:
+        trainer = sft_trainer(config, rows, batch_order=order)
+        tokenizer = trainer.processing_class
+        return [{next(h for h, head in enumerate(heads) if text.startswith(head))
+                 for text in tokenizer.batch_decode(batch["input_ids"], skip_special_tokens=True)}
+                for batch in trainer.get_train_dataloader()]
+
+    assert any(len(heads_in) > 1 for heads_in in batches("shuffled"))
+    by_head = batches("by_head")
+    assert len(by_head) == 4 and all(len(heads_in) == 1 for heads_in in by_head)
 
 
 def initial_adapter(config, tmp_path) -> Path:

@@ -47,6 +47,7 @@ from ..prompting import ANSWER_TOKENS, MISSING_TOOL_TEXT, answer_tokens
 
 # What SFT's missing-tool rows list (TrainConfig.missing_tool_listing).
 MISSING_TOOL_LISTINGS = ("own", "other")
+BATCH_ORDERS = ("shuffled", "by_head")  # appliance.train.batches (which imports torch-free code only)
 # Where DPO's pairs come from (TrainConfig.pairs_source): the store's samples, or the pack's answers in two listings.
 PAIR_SOURCES = ("samples", "listing")
 
@@ -107,6 +108,11 @@ class TrainConfig:
         "on another scale and must be given: at GRPO's gradient norms on the embedded model (0.1-0.3), lr 2 "
         "moves the adapter as far a step as AdamW at 1.5e-4 to 5e-4."))
     batch_size: int = field(default=8, metadata=_help("SFT and DPO: examples (DPO: pairs) per optimizer step."))
+    batch_order: str = field(default="shuffled", metadata=_help(
+        "SFT: how rows meet in a batch. shuffled = a seeded random order, rows of similar length side by side "
+        "(less padding); by_head = each batch holds rows of one system prompt and tool list where counts allow, "
+        "so the CPU backend runs that head through the adapted layers once a step instead of two or three times "
+        "(appliance.train.batches); every row is still seen once a pass."))
     lora_r: int = field(default=16, metadata=_help("LoRA rank."))
     lora_alpha: int = field(default=32, metadata=_help("LoRA scaling numerator (effective scale alpha / r)."))
     lora_targets: str = field(default=ALL_LINEAR, metadata=_help(
@@ -383,6 +389,8 @@ class TrainConfig:
             if not 0 <= self.missing_tool_share <= 1:
                 raise ApplianceError(f"missing_tool_share must be a share from 0 to 1, "
                                      f"not {self.missing_tool_share!r}.")
+            if self.batch_order not in BATCH_ORDERS:
+                raise ApplianceError(f"batch_order must be one of {', '.join(BATCH_ORDERS)}, not {self.batch_order!r}.")
             if self.missing_tool_listing not in MISSING_TOOL_LISTINGS:
                 raise ApplianceError(f"missing_tool_listing must be one of {', '.join(MISSING_TOOL_LISTINGS)}, "
                                      f"not {self.missing_tool_listing!r}.")

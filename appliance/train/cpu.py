@@ -88,10 +88,15 @@ def reuse_frozen_heads(model: Any, tokenizer: Any, dataset: Any) -> Any:
     """
     from .frozen_heads import install_frozen_heads
 
+    prompts = prompt_ids(tokenizer, dataset)
+    return install_frozen_heads(model, prompts) if prompts else None
+
+
+def prompt_ids(tokenizer: Any, dataset: Any) -> list[list[int]]:
+    """The dataset's text prompts as TRL tokenizes them (no special tokens added: they are rendered chat
+    templates), in row order; empty when it has none."""
     prompts = [p for p in dataset["prompt"] if isinstance(p, str)] if "prompt" in dataset.column_names else []
-    if not prompts:
-        return None
-    return install_frozen_heads(model, tokenizer(prompts, add_special_tokens=False)["input_ids"])
+    return tokenizer(prompts, add_special_tokens=False)["input_ids"] if prompts else []
 
 
 class CpuBackend:
@@ -102,6 +107,7 @@ class CpuBackend:
     supports_resampling = True  # make_grpo_trainer takes `refill` (resample_flat_groups)
     supports_sft_anchor = True  # ApplianceGRPOMixin.compute_loss adds it to TRL's loss (anchor.py)
     supports_decision_weight = True  # its SFT loss is TRL's fused-head one (appliance.train.sft.DecisionWeightedLoss)
+    supports_batch_order = True  # its SFTTrainer takes appliance.train.batches' sampler
     supports_loss_masks = True  # ApplianceGRPOMixin masks TRL's loss (keep_decisions, the negative-half options)
     kl_reference = "start"  # TRL keeps a frozen copy of init_adapter as the KL reference
 
@@ -140,11 +146,14 @@ class CpuBackend:
 
     def make_sft_trainer(self, model: Any, tokenizer: Any, dataset: Any, config: TrainConfig,
                          args: dict[str, Any], callbacks: list[Any]) -> Any:
-        from .sft import DecisionWeightedLoss
+        from .batches import row_heads
+        from .sft import SFTTrainerMixin
 
         trainer = build_sft_trainer(model, tokenizer, dataset, {**args, **self.backend_args()}, callbacks,
-                                    DecisionWeightedLoss)
+                                    SFTTrainerMixin)
         trainer.appliance_decision_weight = config.decision_weight
+        if config.batch_order == "by_head":
+            trainer.appliance_row_heads = row_heads(prompt_ids(tokenizer, dataset))
         reuse_frozen_heads(trainer.model, tokenizer, dataset)
         return trainer
 
