@@ -377,6 +377,7 @@ _RUN_FLAGS = (
     ("--sft-batch-size", "sft_batch_size", positive_int),
     ("--sft-missing-tool-share", "sft_missing_tool_share", float),
     ("--sft-missing-tool-listing", "sft_missing_tool_listing", str),
+    ("--sft-batch-order", "sft_batch_order", str),
     ("--grpo-steps", "grpo_steps", positive_int), ("--grpo-select-every", "grpo_select_every", non_negative_int),
     ("--strict", "strict", bool),
 )

@@ -49,6 +49,7 @@ def main() -> None:
                         help="default: the pipeline's for the pack's listing")
     parser.add_argument("--sft-missing-tool-listing", default=run.sft_missing_tool_listing,
                         help="default: the pipeline's for the pack's listing")
+    parser.add_argument("--sft-batch-order", default=run.sft_batch_order, help="default: the pipeline's for the backend")
     parser.add_argument("--grpo-steps", type=int, default=run.grpo_steps)
     parser.add_argument("--eval-splits", default="dev,val", help="comma-separated held-out splits to evaluate on")
     parser.add_argument("--pass-k", type=int, default=4, help="pass@k of the SFT start on each split (0: skip)")
@@ -71,7 +72,8 @@ def main() -> None:
         parser.error(f"pack {args.pack} has no split {', '.join(missing)}; it has {', '.join(pack.splits)}")
     run = dataclasses.replace(run, sft_steps=args.sft_steps, sft_passes=args.sft_passes,
                               sft_batch_size=args.sft_batch_size, sft_missing_tool_share=args.sft_missing_tool_share,
-                              sft_missing_tool_listing=args.sft_missing_tool_listing)
+                              sft_missing_tool_listing=args.sft_missing_tool_listing,
+                              sft_batch_order=args.sft_batch_order)
     sft_steps = run.sft_steps_for(len(pack.tasks("train")))
     tmp = tempfile.mkdtemp(prefix="bench-learning-")
     ws = Workspace.open(os.path.join(tmp, "runs"))
@@ -94,7 +96,7 @@ def main() -> None:
     t0 = time.perf_counter()
     sft_adapter = args.sft_adapter or run_sft(
         TrainConfig(stage="sft", steps=sft_steps, eval_every=sft_steps, batch_size=args.sft_batch_size,
-                    **run.sft_missing_tools(pack), **common), workspace=ws).final_adapter
+                    batch_order=run.sft_order(), **run.sft_missing_tools(pack), **common), workspace=ws).final_adapter
     seconds["sft_train_s"] = 0.0 if args.sft_adapter else time.perf_counter() - t0
     evaluate_all("sft", sft_adapter)
     if args.pass_k > 1:

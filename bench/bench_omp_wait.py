@@ -46,7 +46,7 @@ def step_seconds(settings, policy: str, steps: int, root: str) -> tuple[list[flo
     args = ["train", "sft", "--pack", settings.pack, "--steps", str(steps), "--eval-every", str(steps),
             "--eval-limit", "1", "--fit-limit", "0", "--batch-size", str(settings.sft_batch_size),
             "--missing-tool-share", str(settings.sft_missing_tool_share),
-            "--missing-tool-listing", settings.sft_missing_tool_listing,
+            "--missing-tool-listing", settings.sft_missing_tool_listing, "--batch-order", settings.sft_batch_order,
             "--workspace", os.path.join(root, "runs"), "--checkpoints", os.path.join(root, "checkpoints")]
     saved = dict(os.environ)
     os.environ.clear()

@@ -32,9 +32,9 @@ def test_quick_pipeline_runs_every_stage_and_stores_the_decision(tiny_model_dir,
     _, kinds = ws.query("SELECT kind, status FROM runs ORDER BY started_at")
     assert ("sft", "finished") in kinds and ("grpo", "finished") in kinds
     _, sft_options = ws.query("SELECT CAST(config->>'$.batch_size' AS INTEGER), "
-                              "CAST(config->>'$.missing_tool_share' AS DOUBLE), config->>'$.missing_tool_listing' "
-                              "FROM runs WHERE kind = 'sft'")
-    assert sft_options == [(2, 0.5, "other")]  # the run's --sft-* options reach its SFT stage
+                              "CAST(config->>'$.missing_tool_share' AS DOUBLE), config->>'$.missing_tool_listing', "
+                              "config->>'$.batch_order' FROM runs WHERE kind = 'sft'")
+    assert sft_options == [(2, 0.5, "other", "by_head")]  # the run's --sft-* options reach its SFT stage
     _, rollouts = ws.query("SELECT count(*), count(DISTINCT step) FROM rollouts")
     assert rollouts[0][0] > 0 and rollouts[0][1] == 2
     _, evals = ws.query("SELECT split, count(*), count(*) FILTER (metrics->>'$.strict' = ?) FROM evals "
@@ -116,6 +116,19 @@ def test_sft_missing_tool_rows_default_by_the_packs_listing_and_yield_to_given_o
     assert PipelineSettings().sft_missing_tools(whole) == {"missing_tool_share": 0.0, "missing_tool_listing": "own"}
     given = PipelineSettings(sft_missing_tool_share=0.0, sft_missing_tool_listing="own")
     assert given.sft_missing_tools(domains) == {"missing_tool_share": 0.0, "missing_tool_listing": "own"}
+
+
+def test_the_sft_stage_batches_by_head_on_the_cpu_backend_unless_told(monkeypatch):
+    from appliance.errors import ApplianceError
+    from appliance.pipeline import PipelineSettings, check_inputs
+    from appliance.train import backends
+
+    assert check_inputs(PipelineSettings()).sft_batch_order == "by_head"  # no GPU here: the cpu backend
+    assert check_inputs(PipelineSettings(sft_batch_order="shuffled")).sft_batch_order == "shuffled"
+    monkeypatch.setattr(backends, "pick_backend", lambda requested="auto": ("unsloth", "a GPU"))
+    assert check_inputs(PipelineSettings()).sft_batch_order == "shuffled"  # no such pass there, no sampler yet
+    with pytest.raises(ApplianceError, match="batch_order must be one of shuffled, by_head, not 'nope'"):
+        check_inputs(PipelineSettings(sft_batch_order="nope"))  # before any stage starts
 
 
 def test_the_pick_keeps_the_best_checkpoint_that_adds_no_unsafe_action_and_prefers_the_earlier():
