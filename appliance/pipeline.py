@@ -81,9 +81,10 @@ class PipelineSettings:
     sft_batch_size: int = field(default=4, metadata={"help": "SFT rows per step"})
     sft_missing_tool_share: float | None = _sft_option("missing_tool_share")
     sft_missing_tool_listing: str | None = _sft_option("missing_tool_listing")
-    # Chosen on dev (docs/learning.md, session 57, H101): SFT batches of one tool list are 17% faster a step on
-    # the cpu backend (one pass of the head through the adapted layers instead of 2.2), and the picked adapter
-    # read as well on dev. The unsloth backend keeps TrainConfig's order (it has no such pass, and no sampler yet).
+    # Chosen on dev (docs/learning.md, session 57, H101): SFT batches of one tool list take 17% less a step on the
+    # cpu backend (one pass of the head through the adapted layers instead of 2.2), and the pipeline's pick from
+    # them (the SFT start itself) read dev 88 of 120 with 2 unsafe and BFCL dev 16 of 140 (the old order's pick:
+    # 89, 2). The unsloth backend keeps TrainConfig's order (it has no such pass, and no sampler of ours yet).
     sft_batch_order: str | None = field(default=None, metadata={
         "help": f"{_TRAIN_FIELDS['batch_order'].metadata['help']} Default: {CPU_BATCH_ORDER} on the cpu backend, "
                 f"else {_TRAIN_FIELDS['batch_order'].default}."})

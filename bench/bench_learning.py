@@ -49,7 +49,8 @@ def main() -> None:
                         help="default: the pipeline's for the pack's listing")
     parser.add_argument("--sft-missing-tool-listing", default=run.sft_missing_tool_listing,
                         help="default: the pipeline's for the pack's listing")
-    parser.add_argument("--sft-batch-order", default=run.sft_batch_order, help="default: the pipeline's for the backend")
+    parser.add_argument("--sft-batch-order", default=run.sft_batch_order,
+                        help="default: the pipeline's for the backend")
     parser.add_argument("--grpo-steps", type=int, default=run.grpo_steps)
     parser.add_argument("--eval-splits", default="dev,val", help="comma-separated held-out splits to evaluate on")
     parser.add_argument("--pass-k", type=int, default=4, help="pass@k of the SFT start on each split (0: skip)")

@@ -1,4 +1,5 @@
-"""SFT batches of one prompt head (appliance.train.batches): every row once a pass, one head a batch where counts allow."""
+"""SFT batches of one prompt head (appliance.train.batches): every row once a pass, one head a batch where
+counts allow."""
 from __future__ import annotations
 
 import random
@@ -29,6 +30,9 @@ def test_the_sampler_draws_a_new_seeded_order_each_pass():
     first, second = HeadGroupedSampler(heads, lengths, 4, seed=3), HeadGroupedSampler(heads, lengths, 4, seed=3)
     passes = [list(first), list(first)]
     assert passes[0] != passes[1] and [list(second), list(second)] == passes and len(first) == 24
+    resumed = HeadGroupedSampler(heads, lengths, 4, seed=3)
+    resumed.set_epoch(1)  # a run resumed in its second pass: the trainer names the pass first
+    assert list(resumed) == passes[1]
 
 
 def test_a_row_takes_the_longest_shared_head_it_starts_with():

@@ -52,17 +52,24 @@ def head_grouped_order(heads: list[int], lengths: list[int], batch_size: int, rn
 
 
 class HeadGroupedSampler:
-    """A torch sampler over `head_grouped_order`, a new seeded order each pass (each `__iter__`)."""
+    """A torch sampler over `head_grouped_order`, a seeded order per pass over the data.
+
+    The trainer names the pass (`set_epoch`, through accelerate's loader) before it iterates, so a run resumed in
+    its second pass draws that pass's order; without it each iteration is the next pass.
+    """
 
     def __init__(self, heads: list[int], lengths: list[int], batch_size: int, seed: int) -> None:
-        self.heads, self.lengths, self.batch_size, self.seed, self.passes = heads, lengths, batch_size, seed, 0
+        self.heads, self.lengths, self.batch_size, self.seed, self.epoch = heads, lengths, batch_size, seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
 
     def __len__(self) -> int:
         return len(self.heads)
 
     def __iter__(self) -> Iterator[int]:
-        rng = random.Random(self.seed * 1_000_003 + self.passes)
-        self.passes += 1
+        rng = random.Random(self.seed * 1_000_003 + self.epoch)
+        self.epoch += 1
         return iter(head_grouped_order(self.heads, self.lengths, self.batch_size, rng))
 
 

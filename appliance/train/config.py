@@ -47,7 +47,8 @@ from ..prompting import ANSWER_TOKENS, MISSING_TOOL_TEXT, answer_tokens
 
 # What SFT's missing-tool rows list (TrainConfig.missing_tool_listing).
 MISSING_TOOL_LISTINGS = ("own", "other")
-BATCH_ORDERS = ("shuffled", "by_head")  # appliance.train.batches (which imports torch-free code only)
+# How SFT's rows meet in a batch (TrainConfig.batch_order; appliance.train.batches).
+BATCH_ORDERS = ("shuffled", "by_head")
 # Where DPO's pairs come from (TrainConfig.pairs_source): the store's samples, or the pack's answers in two listings.
 PAIR_SOURCES = ("samples", "listing")
 

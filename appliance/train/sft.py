@@ -16,13 +16,13 @@ from typing import Any, Callable
 
 from ..errors import ApplianceError
 from ..events import EventSink, null_sink
+from .batches import HeadGroupedBatches
 from .callbacks import build_callback
 from .common import (PAD_TO_MULTIPLE_OF, TrainResult, _load_pack, _open_workspace, finish_run, kept_selection,
                      listing_without_called, prompt_for, refuse_options_of_our_trainer,
                      refuse_other_listing_without_domains, start_run, train_with_guard, trainer_args,
                      training_split_or_fail)
 from .config import TrainConfig
-from .batches import HeadGroupedBatches
 from .successes import SUCCESSES_FILE, saved_successes, success_rows, successes_or_fail
 
 
