@@ -114,11 +114,11 @@ class PipelineSettings:
 
     def sft_order(self) -> str:
         """The SFT stage's batch order: as given, else CPU_BATCH_ORDER where its stages train on the cpu backend."""
-        from appliance.train.backends import pick_backend
+        from appliance.train.backends import auto_backend_name
 
         if self.sft_batch_order is not None:
             return self.sft_batch_order
-        return CPU_BATCH_ORDER if pick_backend()[0] == "cpu" else _TRAIN_FIELDS["batch_order"].default
+        return CPU_BATCH_ORDER if auto_backend_name() == "cpu" else _TRAIN_FIELDS["batch_order"].default
 
     def sft_missing_tools(self, pack: Any) -> dict[str, Any]:
         """The SFT stage's missing-tool options, each as given, else the default for `pack`'s kind of listing."""

@@ -123,9 +123,10 @@ def test_the_sft_stage_batches_by_head_on_the_cpu_backend_unless_told(monkeypatc
     from appliance.pipeline import PipelineSettings, check_inputs
     from appliance.train import backends
 
+    monkeypatch.setattr(backends, "auto_backend_name", lambda: "cpu")
     assert check_inputs(PipelineSettings()).sft_batch_order == "by_head"  # no GPU here: the cpu backend
     assert check_inputs(PipelineSettings(sft_batch_order="shuffled")).sft_batch_order == "shuffled"
-    monkeypatch.setattr(backends, "pick_backend", lambda requested="auto": ("unsloth", "a GPU"))
+    monkeypatch.setattr(backends, "auto_backend_name", lambda: "unsloth")
     assert check_inputs(PipelineSettings()).sft_batch_order == "shuffled"  # no such pass there, no sampler yet
     with pytest.raises(ApplianceError, match="batch_order must be one of shuffled, by_head, not 'nope'"):
         check_inputs(PipelineSettings(sft_batch_order="nope"))  # before any stage starts

@@ -90,7 +90,7 @@ def summarize(samples: Sequence[ScoredSample], tasks: Sequence[Task], k: int,
     change_tasks = [by_task[t] for t in by_task if t in requires_change]
     latencies = [s.latency_s for s in samples]
     request_tokens = [s.completion_tokens for s in samples]
-    gen_tokens = sum(s.completion_tokens for s in samples)
+    gen_tokens = sum(request_tokens)
     buckets = Counter(s.verdict.bucket for s in samples)
     metrics: dict[str, Any] = {
         "n_tasks": len(by_task),

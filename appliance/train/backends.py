@@ -99,6 +99,12 @@ def pick_backend(requested: str = "auto") -> tuple[str, str]:
     return "cpu", "no CUDA GPU visible"
 
 
+def auto_backend_name() -> str:
+    """The backend `auto` picks (`pick_backend`), without importing torch where unsloth, the only other one, is
+    not installed."""
+    return "cpu" if importlib.util.find_spec("unsloth") is None else pick_backend()[0]
+
+
 def get_backend(name: str, config: "TrainConfig | None" = None) -> Backend:
     """Import the chosen backend module and build its Backend object."""
     if name not in BACKEND_MODULES:

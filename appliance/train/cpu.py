@@ -80,15 +80,13 @@ def score_only_labelled_positions() -> bool:
     return True
 
 
-def reuse_frozen_heads(model: Any, tokenizer: Any, dataset: Any) -> Any:
+def reuse_frozen_heads(model: Any, prompts: list[list[int]]) -> Any:
     """Skip the frozen lower layers on the prompt heads the dataset's prompts share (appliance.train.frozen_heads).
 
-    Text prompts are tokenized as TRL tokenizes them (no special tokens added: they are rendered chat
-    templates). Returns the head cache, or None where it does not apply.
+    `prompts` are the dataset's prompt ids (`prompt_ids`). Returns the head cache, or None where it does not apply.
     """
     from .frozen_heads import install_frozen_heads
 
-    prompts = prompt_ids(tokenizer, dataset)
     return install_frozen_heads(model, prompts) if prompts else None
 
 
@@ -152,9 +150,10 @@ class CpuBackend:
         trainer = build_sft_trainer(model, tokenizer, dataset, {**args, **self.backend_args()}, callbacks,
                                     SFTTrainerMixin)
         trainer.appliance_decision_weight = config.decision_weight
+        prompts = prompt_ids(tokenizer, dataset)  # once, for the batch order and the head cache
         if config.batch_order == "by_head":
-            trainer.appliance_row_heads = row_heads(prompt_ids(tokenizer, dataset))
-        reuse_frozen_heads(trainer.model, tokenizer, dataset)
+            trainer.appliance_row_heads = row_heads(prompts)
+        reuse_frozen_heads(trainer.model, prompts)
         return trainer
 
     def make_grpo_trainer(self, model: Any, tokenizer: Any, dataset: Any, config: TrainConfig,
@@ -164,7 +163,7 @@ class CpuBackend:
         rollout = self.rollout_func(tokenizer, config, episodes, guide, tools_by_prompt, refill)
         trainer = build_grpo_trainer(model, tokenizer, dataset, {**args, **self.backend_args(), "use_vllm": False},
                                      reward_funcs, callbacks, trainer_mixin, rollout_func=rollout)
-        reuse_frozen_heads(trainer.model, tokenizer, dataset)
+        reuse_frozen_heads(trainer.model, prompt_ids(tokenizer, dataset))
         return trainer
 
     def make_dpo_trainer(self, model: Any, tokenizer: Any, dataset: Any, config: TrainConfig,
