@@ -340,6 +340,19 @@ def test_rows_under_one_system_prompt_keep_their_tool_lists_as_heads():
     assert branching_root(rows[:1]) == 0
 
 
+def test_logprob_chunks_keep_a_head_together_and_its_rows_by_length():
+    from appliance.generate.heads import logprob_chunks
+
+    head_a, head_b = list(range(100, 140)), list(range(200, 240))
+    prompts = [head_a + [1] * 9, head_b + [2], head_a + [3], head_b + [4] * 5, head_a + [5] * 4, head_a + [6]]
+    answers = [[7], [7] * 3, [7] * 2, [7], [7], [7] * 6]
+    chunks = logprob_chunks(prompts, answers, 2)
+    assert sorted(i for chunk in chunks for i in chunk) == list(range(len(prompts)))  # every row once
+    assert [len(chunk) for chunk in chunks] == [2, 2, 2]
+    order = [i for chunk in chunks for i in chunk]
+    assert order == [2, 4, 5, 0, 1, 3]  # head_a's rows shortest first (3, 6, 7, 10 tokens past it), then head_b's
+
+
 def test_tool_list_heads_under_one_system_prompt_decode_like_one_row_at_a_time(loaded):
     model, tokenizer = loaded
     rows = _rows_under_one_system_prompt()

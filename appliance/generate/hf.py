@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from appliance.generate.base import Generator, Sample, trim_at_stop
-from appliance.generate.heads import MIN_SHARED_PREFIX_TOKENS, branching_root, common_length, head_lengths
+from appliance.generate.heads import (MIN_SHARED_PREFIX_TOKENS, branching_root, common_length, head_lengths,
+                                      logprob_chunks)
 
 
 @dataclass
@@ -129,12 +130,12 @@ class HFGenerator(Generator):
             return []
         encoded = self.tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
         answers = answer_token_ids(self.tokenizer, completions, end_of_turn=end_of_turn)
-        results: list[float] = []
+        results = [0.0] * len(prompts)
         with self._reusing_heads():
-            for start in range(0, len(prompts), self.batch_size):
-                chunk = range(start, min(start + self.batch_size, len(prompts)))
-                results.extend(self._chunk_logprobs([encoded[i] for i in chunk], [answers[i] for i in chunk],
-                                                    temperature))
+            for chunk in logprob_chunks(encoded, answers, self.batch_size):
+                values = self._chunk_logprobs([encoded[i] for i in chunk], [answers[i] for i in chunk], temperature)
+                for index, value in zip(chunk, values):
+                    results[index] = value
         return results
 
     def _chunk_logprobs(self, prompts: list[list[int]], answers: list[list[int]], temperature: float) -> list[float]:
