@@ -16,7 +16,7 @@ from pathlib import Path
 FAST = ("bench_world.py", "bench_verify.py", "bench_store.py", "bench_generate.py", "bench_eval_batches.py",
         "bench_eval_order.py", "bench_eval_heads.py", "bench_overhead.py", "bench_train_step.py", "bench_sft_heads.py",
         "bench_strict.py", "bench_compaction_reads.py", "bench_omp_wait.py", "bench_sft_order.py",
-        "bench_screening.py")
+        "bench_screening.py", "bench_decode_phases.py")
 
 
 def main() -> int:

@@ -65,6 +65,37 @@ def test_batched_greedy_matches_one_at_a_time(loaded, prompts):
     assert len({s[0].prompt_tokens for s in batched}) == len(prompts)  # lengths differ, so padding was exercised
 
 
+@pytest.mark.parametrize("shrink", [1.0, 0.0])  # shed ended rows at every phase; never (step them on)
+def test_greedy_decoding_in_phases_gives_the_tokens_of_one_call(loaded, prompts, monkeypatch, shrink):
+    from appliance.generate import hf
+
+    model, tokenizer = loaded
+    generator = HFGenerator(model, tokenizer, batch_size=8)
+    assert generator.static_cache  # the phased path is the CPU's
+    monkeypatch.setattr(hf, "DECODE_PHASE_TOKENS", 10 ** 6)
+    free = generator.generate(prompts, max_new_tokens=11)
+    # The random model never ends on its own: make a token it emits at different steps in different rows EOS.
+    firsts = {}
+    for row, samples in enumerate(free):
+        for step, token in enumerate(samples[0].token_ids):
+            firsts.setdefault(token, {}).setdefault(row, step)
+    eos = max(firsts, key=lambda token: (len(set(firsts[token].values())), len(firsts[token])))
+    assert len(set(firsts[eos].values())) >= 2  # rows end at different steps
+    generator.eos_ids = [eos]
+    one_call = generator.generate(prompts, max_new_tokens=11)
+    calls = []
+    generate = model.generate
+    monkeypatch.setattr(model, "generate", lambda **kw: calls.append(kw["input_ids"].shape[0]) or generate(**kw))
+    monkeypatch.setattr(hf, "DECODE_PHASE_TOKENS", 3)
+    monkeypatch.setattr(hf, "SHRINK_SHARE", shrink)
+    phased = generator.generate(prompts, max_new_tokens=11)  # 11 = 3 + 3 + 3 + 2: the last phase is short
+    assert len(calls) > 1 and (calls[-1] < len(prompts) if shrink else set(calls) == {len(prompts)})
+    assert [s[0].token_ids for s in phased] == [s[0].token_ids for s in one_call]
+    assert [(s[0].completion_tokens, s[0].finish_reason) for s in phased] == \
+        [(s[0].completion_tokens, s[0].finish_reason) for s in one_call]
+    assert {s[0].finish_reason for s in one_call} == {"stop", "length"}
+
+
 def test_n_samples_per_prompt_come_back_in_prompt_order(loaded, prompts):
     model, tokenizer = loaded
     generator = HFGenerator(model, tokenizer, batch_size=6)

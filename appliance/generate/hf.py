@@ -28,6 +28,12 @@ from appliance.generate.heads import (MIN_SHARED_PREFIX_TOKENS, branching_root, 
                                       logprob_chunks)
 
 
+# Greedy decoding on a CPU lets the rows that ended leave the batch every this many new tokens
+# (`HFGenerator._decode_in_phases`).
+DECODE_PHASE_TOKENS = 16
+SHRINK_SHARE = 0.75  # ... and the batch sheds its ended rows once no more than this share of them goes on
+
+
 @dataclass
 class Heads:
     """The cached heads of one batch's rows, right-aligned in the first `width` columns.
@@ -258,14 +264,17 @@ class HFGenerator(Generator):
             inputs = self._batch_inputs(token_lists)
         inputs = self._with_decode_cache(inputs, max_new_tokens)
         held = None if strict_tools is None else self._grammar_processor(strict_tools, rows_per_prompt)
-        config = self._generation_config(greedy, temperature, top_p, max_new_tokens, stop)
+        prompt_lengths = inputs["attention_mask"].sum(dim=1).tolist()
         started = time.perf_counter()
         with torch.inference_mode():
-            output = self.model.generate(**inputs, generation_config=config, tokenizer=self.tokenizer,
-                                         logits_processor=LogitsProcessorList([held] if held else []))
+            if greedy and held is None and self.static_cache:
+                new_tokens = self._decode_in_phases(inputs, max_new_tokens, stop)
+            else:
+                config = self._generation_config(greedy, temperature, top_p, max_new_tokens, stop)
+                output = self.model.generate(**inputs, generation_config=config, tokenizer=self.tokenizer,
+                                             logits_processor=LogitsProcessorList([held] if held else []))
+                new_tokens = output[:, inputs["input_ids"].shape[1] :].tolist()
         latency = time.perf_counter() - started
-        new_tokens = output[:, inputs["input_ids"].shape[1] :].tolist()
-        prompt_lengths = inputs["attention_mask"].sum(dim=1).tolist()
         samples = []
         for prompt_index in range(len(token_lists)):
             first = prompt_index * rows_per_prompt
@@ -273,6 +282,61 @@ class HFGenerator(Generator):
             decoded = [self._sample(new_tokens[r], int(prompt_lengths[r]), latency, stop) for r in rows]
             samples.append(decoded * n if greedy else decoded)
         return samples
+
+    def _decode_in_phases(self, inputs: dict[str, Any], max_new_tokens: int, stop: list[str] | None) -> list[list[int]]:
+        """Greedy decoding in phases of DECODE_PHASE_TOKENS: after each, the rows that have ended leave the batch
+        and the rest go on with their own cache rows. Returns each row's new tokens, padded as generate pads them.
+
+        Why: generate steps every row of a batch until its longest answer ends, and on a CPU a step's cost grows
+        with its rows (one decode step over a ~750-token head: 0.27 s for 32 rows, 0.11 s for 8). An adapter's
+        answers are short next to the longest of 32 (dev: 33 tokens on average, the longest of a batch 64-96).
+        A row computes what it would in one call; only the batch around it shrinks."""
+        import torch
+
+        ids, mask, cache = inputs["input_ids"], inputs["attention_mask"], inputs["past_key_values"]
+        new: list[list[int]] = [[] for _ in range(ids.shape[0])]
+        batch, left = list(range(ids.shape[0])), max_new_tokens  # the rows the batch holds, by position
+        going = list(range(len(batch)))  # positions in the batch still decoding
+        while True:
+            phase = min(DECODE_PHASE_TOKENS, left)
+            config = self._generation_config(True, 0.0, 1.0, phase, stop)
+            tokens = self.model.generate(input_ids=ids, attention_mask=mask, past_key_values=cache,
+                                         generation_config=config, tokenizer=self.tokenizer)[:, ids.shape[1]:]
+            for position in going:
+                new[batch[position]].extend(tokens[position].tolist())
+            left -= phase
+            going = [position for position in going if self._running(new[batch[position]], phase, stop)]
+            if not going or left <= 0:
+                break
+            ids, mask = torch.cat([ids, tokens], dim=1), torch.cat([mask, torch.ones_like(tokens)], dim=1)
+            # Copying the cache rows costs more than stepping a few ended rows on (their tokens are dropped).
+            if len(going) <= SHRINK_SHARE * len(batch):
+                keep = torch.tensor(going, device=ids.device)
+                ids, mask, cache = ids[keep], mask[keep], self._cache_rows(cache, keep, left)
+                batch, going = [batch[position] for position in going], list(range(len(going)))
+        width = max(len(tokens) for tokens in new)
+        return [tokens + [self.pad_id] * (width - len(tokens)) for tokens in new]
+
+    def _running(self, tokens: list[int], phase: int, stop: list[str] | None) -> bool:
+        """Whether a row that decoded `tokens` so far would go on: no EOS, its last phase filled up, and, with stop
+        strings, none in its text and no padding after one."""
+        length, ended = self._generated_length(tokens)
+        if ended or len(tokens) % phase:
+            return False
+        if not any(stop or ()):
+            return True
+        text = self.tokenizer.decode(tokens, skip_special_tokens=True, clean_up_tokenization_spaces=False)
+        return length == len(tokens) and not trim_at_stop(text, stop)[1]
+
+    def _cache_rows(self, cache: Any, keep: Any, left: int) -> Any:
+        """A StaticCache of `keep`'s rows of `cache`, with room for `left` more tokens each."""
+        from transformers import StaticCache
+
+        filled = int(cache.get_seq_length())
+        rows = StaticCache(config=self._text_config(), max_cache_len=filled + left)
+        for source, target in zip(cache.layers, rows.layers):
+            target.update(source.keys[keep, :, :filled], source.values[keep, :, :filled])
+        return rows
 
     def _grammar_processor(self, strict_tools: list[Sequence[dict[str, Any]]], rows_per_prompt: int) -> Any:
         """The logits processor that holds each row to its prompt's tools (rows are prompt-major)."""
