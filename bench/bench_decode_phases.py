@@ -22,14 +22,10 @@ import os
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see bench_generate.py
 
-from bench_eval_batches import run  # greedy, 96 new tokens, timed; this script runs from bench/
+from bench_eval_batches import eval_batches, run  # greedy, 96 new tokens, timed; this script runs from bench/
 
-from appliance.evaluate.runner import EvalSettings, _Session
-from appliance.events import null_sink
 from appliance.generate import hf
 from appliance.generate.hf import HFGenerator
-from appliance.packs.pack import load_pack
-from appliance.prompting import render_prompt
 
 
 def main() -> None:
@@ -40,15 +36,9 @@ def main() -> None:
     args = parser.parse_args()
 
     generator = HFGenerator.load("smollm2-135m", adapter=args.adapter, batch_size=32)
-    pack = load_pack("workplace-single")
-    tasks = pack.tasks(args.split)[: args.limit]
-    prompts = {t.id: render_prompt(generator.tokenizer, pack.system_prompt, list(t.messages), pack.tools_for(t))
-               for t in tasks}
-    session = _Session(EvalSettings(), pack, generator, None, null_sink, "bench", None)
-    order = session._batches_by_tools(tasks, {t.id: len(prompts[t.id]) for t in tasks}, 32)
-    batches = [[prompts[t.id] for t in batch] for batch in order]
+    tasks, batches = eval_batches(generator, args.split, args.limit)
 
-    run(generator, [list(prompts.values())[:2]])  # warm-up
+    run(generator, [batches[0][:2]])  # warm-up
     phase = hf.DECODE_PHASE_TOKENS
     hf.DECODE_PHASE_TOKENS = 10 ** 6  # one phase: every row to the end of its batch
     one_call_s, one_call_texts = run(generator, batches)

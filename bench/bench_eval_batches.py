@@ -29,6 +29,21 @@ from appliance.packs.pack import load_pack
 from appliance.prompting import render_prompt
 
 
+def eval_batches(generator: HFGenerator, split: str, limit: int) -> tuple[list, list[list[str]]]:
+    """workplace-single's first `limit` tasks of `split`, and their prompts in the batches of 32 `appliance eval`
+    makes of them (by tool list, then length)."""
+    from appliance.evaluate.runner import EvalSettings, _Session
+    from appliance.events import null_sink
+
+    pack = load_pack("workplace-single")
+    tasks = pack.tasks(split)[:limit]
+    prompts = {t.id: render_prompt(generator.tokenizer, pack.system_prompt, list(t.messages), pack.tools_for(t))
+               for t in tasks}
+    session = _Session(EvalSettings(), pack, generator, None, null_sink, "bench", None)
+    order = session._batches_by_tools(tasks, {t.id: len(prompts[t.id]) for t in tasks}, 32)
+    return tasks, [[prompts[t.id] for t in batch] for batch in order]
+
+
 class PreviousScheme(HFGenerator):
     """The generator as it was: one common prefix per call and a cache that grows by concatenation."""
 

@@ -23,14 +23,11 @@ import os
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see bench_generate.py
 
-from bench_eval_batches import run  # greedy, 96 new tokens, timed; this script runs from bench/
+from bench_eval_batches import eval_batches, run  # greedy, 96 new tokens, timed; this script runs from bench/
 
-from appliance.evaluate.runner import EvalSettings, _Session
-from appliance.events import null_sink
 from appliance.generate import heads
 from appliance.generate.hf import HFGenerator
 from appliance.packs.pack import load_pack
-from appliance.prompting import render_prompt
 
 
 class SharedTokenHeads(HFGenerator):
@@ -49,20 +46,14 @@ def main() -> None:
 
     current = HFGenerator.load("smollm2-135m", adapter=args.adapter, batch_size=32)
     previous = SharedTokenHeads(current.model, current.tokenizer, batch_size=32)
-    pack = load_pack("workplace-single")
-    tasks = pack.tasks(args.split)[: args.limit]
-    prompts = {t.id: render_prompt(current.tokenizer, pack.system_prompt, list(t.messages), pack.tools_for(t))
-               for t in tasks}
-    session = _Session(EvalSettings(), pack, current, None, null_sink, "bench", None)
-    order = session._batches_by_tools(tasks, {t.id: len(prompts[t.id]) for t in tasks}, 32)
-    batches = [[prompts[t.id] for t in batch] for batch in order]
+    tasks, batches = eval_batches(current, args.split, args.limit)
 
-    run(current, [list(prompts.values())[:2]])  # warm-up
+    run(current, [batches[0][:2]])  # warm-up
     previous_s, previous_texts = run(previous, batches)
     current_s, current_texts = run(current, batches)
 
     print(f"tasks: {len(tasks)}")
-    print(f"tool_lists: {len({str(pack.tools_for(t)) for t in tasks})}")
+    print(f"tool_lists: {len({str(load_pack('workplace-single').tools_for(t)) for t in tasks})}")
     print(f"shared_tokens_s: {previous_s:.1f}")
     print(f"tool_list_heads_s: {current_s:.1f}")
     print(f"speedup: {previous_s / current_s:.2f}")

@@ -288,9 +288,12 @@ class HFGenerator(Generator):
         and the rest go on with their own cache rows. Returns each row's new tokens, padded as generate pads them.
 
         Why: generate steps every row of a batch until its longest answer ends, and on a CPU a step's cost grows
-        with its rows (one decode step over a ~750-token head: 0.27 s for 32 rows, 0.11 s for 8). An adapter's
-        answers are short next to the longest of 32 (dev: 33 tokens on average, the longest of a batch 64-96).
-        A row computes what it would in one call; only the batch around it shrinks."""
+        with its rows (over a ~750-token head: 0.27 s for 32 rows, 0.11 s for 8; docs/experiments/s58/
+        step_cost.py). An adapter's answers are short next to the longest of 32 (the SFT start on dev: 33 tokens
+        on average, the longest of a batch 64-96). A row computes what it would in one call; only the batch
+        around it shrinks. `bench/bench_decode_phases.py --adapter <SFT start>` (session 58, 2 cores): dev's 120
+        tasks 92.6 s in one call, 74.1 s in phases, 120 of 120 answers the same; the base model on val 100.1 s
+        and 100.5 s (its answers run to the budget)."""
         import torch
 
         ids, mask, cache = inputs["input_ids"], inputs["attention_mask"], inputs["past_key_values"]
