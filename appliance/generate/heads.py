@@ -78,8 +78,9 @@ def logprob_chunks(prompts: list[list[int]], answers: list[list[int]], size: int
     by side, and within a head the rows of similar length, so a chunk pads its rows to little more than their own.
 
     Why: screening GRPO's 480 tasks (six tool lists) in the order given padded 33,974 tokens of rows to 61,557;
-    in length order within a head, to 38,106 (docs/learning.md, session 58)."""
+    in length order within a head, to 38,106 (`.venv/bin/python docs/experiments/s58/screen_padding.py`)."""
     order: list[int] = []
-    for members, _ in head_groups(prompts, [len(p) - 1 for p in prompts]):
+    # The heads the generator prefills (HFGenerator._head_lengths): below one system prompt, each tool list its own.
+    for members, _ in head_groups(prompts, [len(p) - 1 for p in prompts], root=branching_root(prompts)):
         order += sorted(members, key=lambda index: len(prompts[index]) + len(answers[index]))
     return [order[start:start + size] for start in range(0, len(order), size)]

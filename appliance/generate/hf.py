@@ -333,13 +333,9 @@ class HFGenerator(Generator):
 
     def _cache_rows(self, cache: Any, keep: Any, left: int) -> Any:
         """A StaticCache of `keep`'s rows of `cache`, with room for `left` more tokens each."""
-        from transformers import StaticCache
-
         filled = int(cache.get_seq_length())
-        rows = StaticCache(config=self._text_config(), max_cache_len=filled + left)
-        for source, target in zip(cache.layers, rows.layers):
-            target.update(source.keys[keep, :, :filled], source.values[keep, :, :filled])
-        return rows
+        return self._static_cache([(layer.keys[keep, :, :filled], layer.values[keep, :, :filled])
+                                   for layer in cache.layers], filled + left)
 
     def _grammar_processor(self, strict_tools: list[Sequence[dict[str, Any]]], rows_per_prompt: int) -> Any:
         """The logits processor that holds each row to its prompt's tools (rows are prompt-major)."""
@@ -364,15 +360,19 @@ class HFGenerator(Generator):
             if prefilled is not None and prefilled.get_seq_length() > 0:
                 prefilled.batch_repeat_interleave(rows // prefilled.layers[0].keys.shape[0])
             return inputs
+        layers = [] if prefilled is None else [
+            (layer.keys.repeat_interleave(rows // layer.keys.shape[0], dim=0),
+             layer.values.repeat_interleave(rows // layer.keys.shape[0], dim=0)) for layer in prefilled.layers]
+        return {**inputs, "past_key_values": self._static_cache(layers, length + max_new_tokens)}
+
+    def _static_cache(self, layers: list[tuple[Any, Any]], max_cache_len: int) -> Any:
+        """A StaticCache of `max_cache_len` columns holding each layer's (keys, values) at its start."""
         from transformers import StaticCache
 
-        static = StaticCache(config=self._text_config(), max_cache_len=length + max_new_tokens)
-        if prefilled is not None:
-            for source, target in zip(prefilled.layers, static.layers):
-                repeats = rows // source.keys.shape[0]
-                target.update(source.keys.repeat_interleave(repeats, dim=0),
-                              source.values.repeat_interleave(repeats, dim=0))
-        return {**inputs, "past_key_values": static}
+        static = StaticCache(config=self._text_config(), max_cache_len=max_cache_len)
+        for (keys, values), target in zip(layers, static.layers):
+            target.update(keys, values)
+        return static
 
     def _batch_inputs(self, token_lists: list[list[int]]) -> dict[str, Any]:
         """One row per prompt: cached heads on the left, each tail left-padded after them.
